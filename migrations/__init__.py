@@ -1,0 +1,1 @@
+"""Alembic migrations for the outbox transaction-log table."""

@@ -1,0 +1,5 @@
+"""``python -m outbox``: the same as the ``outbox`` console script."""
+
+from outbox.cli import main
+
+main()

@@ -1,0 +1,216 @@
+"""Creating and inspecting the outbox's own topics.
+
+Creation is idempotent: topics that exist with the right partition count are
+left alone. Half and op must have the same partition count (half partition p is
+paired with op partition p), so a mismatch is an error that says which topic
+differs and how to fix it, never something papered over.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from tenacity import (
+    Retrying,
+    retry,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_exponential,
+    wait_fixed,
+)
+
+from outbox.errors import KafkaUnavailableError, TopicAdminError, TopicMismatchError
+from outbox.protocol import TopicNames
+
+DAY_MS = 24 * 60 * 60 * 1000
+
+# Halves must outlive the checker's retention horizon (72 h, RocketMQ's
+# fileReservedTime) with room for an outage; ops must outlive their halves.
+HALF_RETENTION_MS = 7 * DAY_MS
+OP_RETENTION_MS = 7 * DAY_MS
+# Discarded halves wait for a person to look at them.
+DISCARD_RETENTION_MS = 30 * DAY_MS
+# Check requests go stale within minutes; the checker asks again.
+CHECK_RETENTION_MS = 1 * DAY_MS
+
+SHOWN_CONFIGS = ("retention.ms", "cleanup.policy", "min.insync.replicas")
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    replication_factor: int
+    config: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TopicState:
+    """A topic as the cluster reports it; ``partitions`` is 0 when it is absent."""
+
+    name: str
+    partitions: int = 0
+    replication_factor: int = 0
+    config: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def exists(self) -> bool:
+        return self.partitions > 0
+
+
+def plan_topics(
+    topics: TopicNames,
+    partitions: int,
+    replication_factor: int = 1,
+    producer_groups: tuple[str, ...] = (),
+) -> list[TopicSpec]:
+    """The topics an outbox deployment needs, with their configs."""
+    if partitions < 1:
+        raise ValueError(f"--partitions must be at least 1, got {partitions}")
+    if replication_factor < 1:
+        raise ValueError(f"--replication-factor must be at least 1, got {replication_factor}")
+    min_isr = str(min(2, replication_factor))
+
+    def spec(name: str, retention_ms: int) -> TopicSpec:
+        config = {
+            "cleanup.policy": "delete",
+            "retention.ms": str(retention_ms),
+            "min.insync.replicas": min_isr,
+        }
+        return TopicSpec(name, partitions, replication_factor, config)
+
+    specs = [
+        spec(topics.half, HALF_RETENTION_MS),
+        spec(topics.op, OP_RETENTION_MS),
+        spec(topics.discard, DISCARD_RETENTION_MS),
+    ]
+    specs += [spec(topics.check(group), CHECK_RETENTION_MS) for group in producer_groups]
+    return specs
+
+
+_transient = retry(
+    retry=retry_if_exception_type(KafkaUnavailableError),
+    stop=stop_after_attempt(2),
+    wait=wait_exponential(multiplier=0.5, max=4),
+    reraise=True,
+)
+
+
+@_transient
+def read_topic_states(
+    admin: AdminClient, names: list[str], timeout: float = 10.0
+) -> dict[str, TopicState]:
+    """Partition counts, replication and a few configs of the named topics."""
+    try:
+        metadata = admin.list_topics(timeout=timeout)
+    except KafkaException as exc:
+        raise KafkaUnavailableError(f"cannot reach Kafka within {timeout:g}s: {exc}") from None
+    states: dict[str, TopicState] = {}
+    present = []
+    for name in names:
+        topic = metadata.topics.get(name)
+        if topic is None or (
+            topic.error is not None and topic.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+        ):
+            states[name] = TopicState(name)
+            continue
+        if not topic.partitions:
+            # Just created, leaders not elected yet: worth asking again.
+            raise KafkaUnavailableError(f"topic {name} is not ready: {topic.error}")
+        replicas = {len(p.replicas) for p in topic.partitions.values()}
+        states[name] = TopicState(name, len(topic.partitions), max(replicas, default=0))
+        present.append(name)
+    if present:
+        resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in present]
+        for resource, future in admin.describe_configs(resources).items():
+            entries = future.result(timeout=timeout)
+            shown = {k: entries[k].value for k in SHOWN_CONFIGS if k in entries}
+            old = states[resource.name]
+            states[resource.name] = TopicState(
+                old.name, old.partitions, old.replication_factor, shown
+            )
+    return states
+
+
+def _check_partition_counts(specs: list[TopicSpec], states: dict[str, TopicState]) -> None:
+    wrong = [
+        (spec, states[spec.name])
+        for spec in specs
+        if states[spec.name].exists and states[spec.name].partitions != spec.partitions
+    ]
+    if not wrong:
+        return
+    lines = [
+        f"topic {spec.name} has {state.partitions} partitions, {spec.partitions} requested"
+        for spec, state in wrong
+    ]
+    existing = {state.partitions for _, state in wrong}
+    hint = (
+        f"re-run with --partitions {existing.pop()} to keep the existing topics, "
+        if len(existing) == 1
+        else ""
+    )
+    raise TopicMismatchError(
+        "; ".join(lines)
+        + ". Half and op topics must have the same partition count: "
+        + hint
+        + "or use a new --prefix, or delete the outbox topics once no half is pending "
+        "(adding partitions would move keys to other half partitions)."
+    )
+
+
+def ensure_topics(
+    admin: AdminClient, specs: list[TopicSpec], timeout: float = 30.0
+) -> dict[str, bool]:
+    """Create the missing topics; map each name to whether it was created now."""
+    states = read_topic_states(admin, [s.name for s in specs], timeout=timeout)
+    _check_partition_counts(specs, states)
+    missing = [s for s in specs if not states[s.name].exists]
+    created = {s.name: False for s in specs}
+    if not missing:
+        return created
+    futures = admin.create_topics(
+        [NewTopic(s.name, s.partitions, s.replication_factor, config=s.config) for s in missing],
+        operation_timeout=timeout,
+        request_timeout=timeout,
+    )
+    for name, future in futures.items():
+        try:
+            future.result()
+            created[name] = True
+        except KafkaException as exc:
+            error = exc.args[0]
+            if isinstance(error, KafkaError) and error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                continue  # a concurrent creator won the race; the re-check below covers it
+            raise TopicAdminError(f"could not create topic {name}: {error}") from None
+    _check_partition_counts(specs, _wait_until_visible(admin, [s.name for s in specs], timeout))
+    return created
+
+
+def _wait_until_visible(
+    admin: AdminClient, names: list[str], timeout: float
+) -> dict[str, TopicState]:
+    """Topic states once every named topic shows in metadata.
+
+    A topic just created (by us or a concurrent creator) can be missing from
+    metadata for some milliseconds; checking it then would miss a mismatch.
+    """
+    for attempt in Retrying(
+        retry=retry_if_exception_type(_NotVisibleYet),
+        stop=stop_after_delay(timeout),
+        wait=wait_fixed(0.1),
+        reraise=True,
+    ):
+        with attempt:
+            states = read_topic_states(admin, names, timeout=timeout)
+            absent = [name for name, state in states.items() if not state.exists]
+            if absent:
+                raise _NotVisibleYet(f"created topics not visible yet: {', '.join(absent)}")
+    return states
+
+
+class _NotVisibleYet(TopicAdminError):
+    pass

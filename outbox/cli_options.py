@@ -1,0 +1,64 @@
+"""Command-line options shared by every ``outbox`` sub-command that talks to Kafka.
+
+Each option is also an environment variable, named like the settings field it
+fills, so a container is configured the same way as a shell.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from pydantic import ValidationError
+
+from outbox.config import BOOTSTRAP_ENV, KafkaSettings, parse_properties
+from outbox.errors import ConfigurationError
+from outbox.protocol import DEFAULT_PREFIX
+
+BootstrapOption = Annotated[
+    str | None,
+    typer.Option(
+        "--bootstrap",
+        envvar=BOOTSTRAP_ENV,
+        help="Kafka bootstrap servers; defaults to the broker of `outbox dev kafka start`.",
+        show_default=False,
+    ),
+]
+PrefixOption = Annotated[
+    str,
+    typer.Option("--prefix", envvar="OUTBOX_TOPIC_PREFIX", help="Prefix of the outbox topics."),
+]
+PropertiesOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--kafka-property",
+        "-X",
+        help="Extra librdkafka property KEY=VALUE (repeatable), or one JSON object;"
+        " env OUTBOX_KAFKA_PROPERTIES takes a JSON object.",
+        show_default=False,
+    ),
+]
+
+
+def kafka_settings(
+    bootstrap: str | None, prefix: str = DEFAULT_PREFIX, properties: list[str] | None = None
+) -> KafkaSettings:
+    """Settings from the shared options, falling back to the local dev broker."""
+    if bootstrap is None:
+        from outbox.dev.kafka import running_bootstrap
+
+        bootstrap = running_bootstrap()
+    if bootstrap is None:
+        raise ConfigurationError(
+            f"no Kafka to talk to: pass --bootstrap HOST:PORT, set {BOOTSTRAP_ENV}, "
+            "or start a local broker with `outbox dev kafka start`"
+        )
+    explicit = {"kafka_properties": parse_properties(properties)} if properties else {}
+    try:
+        # Without -X flags, KafkaSettings reads OUTBOX_KAFKA_PROPERTIES itself.
+        return KafkaSettings(bootstrap_servers=bootstrap, topic_prefix=prefix, **explicit)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+        )
+        raise ConfigurationError(problems) from None

@@ -1,0 +1,73 @@
+"""Connection settings shared by every component that talks to Kafka.
+
+Each component's own settings object embeds these fields; every field is also
+an ``OUTBOX_*`` environment variable. librdkafka properties (SASL, SSL, ...)
+pass through untouched and are never shown in reprs or logs, since they carry
+passwords.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from outbox.errors import ConfigurationError
+from outbox.protocol import DEFAULT_PREFIX, TopicNames, validate_topic_name
+
+BOOTSTRAP_ENV = "OUTBOX_BOOTSTRAP_SERVERS"
+
+
+class KafkaSettings(BaseSettings):
+    """Where the cluster is, which topic prefix to use, and extra client properties."""
+
+    model_config = SettingsConfigDict(env_prefix="OUTBOX_", extra="forbid")
+
+    bootstrap_servers: str = Field(description="Kafka bootstrap servers, host:port[,host:port]")
+    topic_prefix: str = Field(DEFAULT_PREFIX, description="prefix of the outbox's own topics")
+    kafka_properties: dict[str, str] = Field(
+        default_factory=dict,
+        repr=False,
+        description="extra librdkafka properties (JSON object), e.g. SASL/SSL settings",
+    )
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _bootstrap_has_hosts(cls, value: str) -> str:
+        hosts = [h.strip() for h in value.split(",") if h.strip()]
+        if not hosts or any(":" not in h for h in hosts):
+            raise ValueError(f"expected host:port[,host:port], got {value!r}")
+        return ",".join(hosts)
+
+    @field_validator("topic_prefix")
+    @classmethod
+    def _prefix_is_a_topic_name(cls, value: str) -> str:
+        return validate_topic_name(value, "topic prefix")
+
+    @property
+    def topics(self) -> TopicNames:
+        return TopicNames(self.topic_prefix)
+
+    def client_config(self, **overrides: Any) -> dict[str, Any]:
+        """A librdkafka configuration: bootstrap, pass-through properties, overrides."""
+        return {"bootstrap.servers": self.bootstrap_servers, **self.kafka_properties, **overrides}
+
+
+def parse_properties(pairs: list[str]) -> dict[str, str]:
+    """``KEY=VALUE`` flags (or one JSON object) into a librdkafka property dict."""
+    properties: dict[str, str] = {}
+    for pair in pairs:
+        if pair.lstrip().startswith("{"):
+            try:
+                loaded = json.loads(pair)
+            except json.JSONDecodeError as exc:
+                raise ConfigurationError(f"Kafka properties are not valid JSON: {exc}") from None
+            properties.update({str(k): str(v) for k, v in loaded.items()})
+            continue
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigurationError(f"Kafka property {pair!r} is not KEY=VALUE")
+        properties[key.strip()] = value
+    return properties

@@ -1,0 +1,570 @@
+"""A real Apache Kafka broker as a local process, from the official jars.
+
+Tests, the demo and the benchmarks need a broker with the real transaction
+coordinator (the outbox relies on it), on machines without Docker. Maven fetches
+the official ``kafka_2.13`` jars once into the cache; :class:`LocalKafka` then
+runs one combined broker+controller KRaft node on loopback ports, configured so
+that transactions work with a single replica.
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from outbox.dev import processes
+
+KAFKA_VERSION = "4.1.1"
+SCALA_VERSION = "2.13"
+# kafka-server 4.1.1 brings log4j-api/core 2.24.3 and slf4j-api 1.7.36; this is
+# the matching slf4j-1.x binding, without which the broker logs nothing.
+LOG4J_VERSION = "2.24.3"
+DEPENDENCY_PLUGIN_VERSION = "3.8.1"
+
+DEFAULT_START_TIMEOUT = 90.0
+DEFAULT_STOP_GRACE = 30.0
+_MARKER = "resolved.txt"
+_BROKER_JAR_GLOB = f"kafka_{SCALA_VERSION}-*.jar"
+
+log = logging.getLogger(__name__)
+
+
+class KafkaRuntimeError(RuntimeError):
+    """The local broker could not be provided; the message says why."""
+
+
+# --------------------------------------------------------------------- jars
+
+
+def kafka_home() -> Path:
+    """Per-version cache directory holding the generated pom and the jars."""
+    return processes.cache_dir() / f"kafka-{KAFKA_VERSION}"
+
+
+def _pom_xml() -> str:
+    """The pom is written by Python so that resolution works from an installed wheel."""
+    return f"""<?xml version="1.0" encoding="UTF-8"?>
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>kafka-outbox.dev</groupId>
+  <artifactId>local-kafka-runtime</artifactId>
+  <version>{KAFKA_VERSION}</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency>
+      <groupId>org.apache.kafka</groupId>
+      <artifactId>kafka_{SCALA_VERSION}</artifactId>
+      <version>{KAFKA_VERSION}</version>
+      <scope>runtime</scope>
+    </dependency>
+    <dependency>
+      <groupId>org.apache.logging.log4j</groupId>
+      <artifactId>log4j-slf4j-impl</artifactId>
+      <version>{LOG4J_VERSION}</version>
+      <scope>runtime</scope>
+    </dependency>
+  </dependencies>
+  <build>
+    <pluginManagement>
+      <plugins>
+        <plugin>
+          <groupId>org.apache.maven.plugins</groupId>
+          <artifactId>maven-dependency-plugin</artifactId>
+          <version>{DEPENDENCY_PLUGIN_VERSION}</version>
+        </plugin>
+      </plugins>
+    </pluginManagement>
+  </build>
+</project>
+"""
+
+
+def _resolved_libs(home: Path) -> Path | None:
+    """The libs dir if a previous resolution completed and no jar has gone missing."""
+    marker = home / _MARKER
+    libs = home / "libs"
+    if not marker.is_file():
+        return None
+    names = [line for line in marker.read_text().splitlines() if line]
+    if not names or not all((libs / name).is_file() for name in names):
+        return None
+    return libs
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Serialise resolution between processes (a CLI and a test run at once)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def ensure_kafka_jars() -> Path:
+    """Directory with the broker's runtime classpath; runs Maven only the first time."""
+    home = kafka_home()
+    libs = _resolved_libs(home)
+    if libs is not None:
+        return libs
+    with _locked(home / ".lock"):
+        libs = _resolved_libs(home)  # another process may have finished meanwhile
+        if libs is not None:
+            return libs
+        return _resolve_with_maven(home)
+
+
+def _resolve_with_maven(home: Path) -> Path:
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise KafkaRuntimeError(
+            f"Maven ('mvn') is not on PATH; it is needed once to fetch the Kafka "
+            f"{KAFKA_VERSION} jars into {home}"
+        )
+    (home / "pom.xml").write_text(_pom_xml())
+    staging = home / "libs.partial"
+    shutil.rmtree(staging, ignore_errors=True)
+    argv = [
+        mvn,
+        "-q",
+        "-B",
+        "-f",
+        str(home / "pom.xml"),
+        "dependency:copy-dependencies",
+        "-DincludeScope=runtime",
+        f"-DoutputDirectory={staging}",
+    ]
+    print(f"resolving Kafka {KAFKA_VERSION} jars with Maven… ", end="", file=sys.stderr, flush=True)
+    began = time.monotonic()
+    try:
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
+    except subprocess.TimeoutExpired as exc:
+        print("timed out", file=sys.stderr)
+        raise KafkaRuntimeError(f"Maven did not finish within {exc.timeout}s") from exc
+    jars = sorted(p.name for p in staging.glob("*.jar")) if staging.is_dir() else []
+    if result.returncode != 0 or not any(staging.glob(_BROKER_JAR_GLOB)):
+        print("failed", file=sys.stderr)
+        tail = "\n".join((result.stdout + result.stderr).splitlines()[-40:])
+        raise KafkaRuntimeError(
+            f"Maven could not resolve org.apache.kafka:kafka_{SCALA_VERSION}:{KAFKA_VERSION} "
+            f"(exit {result.returncode}, pom {home / 'pom.xml'}):\n{tail}"
+        )
+    libs = home / "libs"
+    shutil.rmtree(libs, ignore_errors=True)
+    staging.rename(libs)
+    (home / _MARKER).write_text("\n".join(jars) + "\n")
+    print(f"done in {time.monotonic() - began:.1f}s", file=sys.stderr, flush=True)
+    return libs
+
+
+def _check_libs(libs: Path) -> None:
+    if not any(libs.glob(_BROKER_JAR_GLOB)):
+        raise KafkaRuntimeError(
+            f"no Kafka broker jars ({_BROKER_JAR_GLOB}) in {libs}; "
+            "run `outbox dev kafka fetch` or pass a directory from ensure_kafka_jars()"
+        )
+
+
+# ---------------------------------------------------------------- readiness
+
+
+def new_cluster_id() -> str:
+    """A KRaft cluster id: 16 random bytes, url-safe base64 without padding.
+
+    Like Kafka's own ``Uuid.randomUuid`` it never starts with ``-``, which
+    command-line parsers would take for an option.
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(secrets.token_bytes(16)).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
+def _quiet_logger() -> logging.Logger:
+    """librdkafka logs every refused connection while the broker boots; drop that."""
+    quiet = logging.getLogger("outbox.dev.kafka.probe")
+    quiet.propagate = False
+    if not quiet.handlers:
+        quiet.addHandler(logging.NullHandler())
+    return quiet
+
+
+def broker_answers(bootstrap: str, timeout: float = 2.0) -> bool:
+    """True when a metadata request is answered and lists at least one broker."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(
+        {
+            "bootstrap.servers": bootstrap,
+            "reconnect.backoff.ms": 50,
+            "reconnect.backoff.max.ms": 500,
+            "logger": _quiet_logger(),
+        }
+    )
+    try:
+        return bool(admin.list_topics(timeout=timeout).brokers)
+    except Exception:  # KafkaException while the broker is still starting
+        return False
+
+
+def wait_for_broker(
+    bootstrap: str,
+    timeout: float = DEFAULT_START_TIMEOUT,
+    alive: Callable[[], bool] | None = None,
+) -> bool:
+    """Poll until the broker answers; stops early (False) once ``alive`` says it died."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if alive is not None and not alive():
+            return False
+        if broker_answers(bootstrap, timeout=min(2.0, max(0.1, deadline - time.monotonic()))):
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def _port_in_use(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # Same option the JVM uses, so TIME_WAIT leftovers of our last run don't count.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def _java() -> str:
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and (Path(java_home) / "bin" / "java").is_file():
+        return str(Path(java_home) / "bin" / "java")
+    found = shutil.which("java")
+    if found is None:
+        raise KafkaRuntimeError("Java 17+ ('java') is not on PATH and JAVA_HOME is not set")
+    return found
+
+
+# ------------------------------------------------------------------- broker
+
+_LOG4J2_XML = """<?xml version="1.0" encoding="UTF-8"?>
+<!-- Broker log to stdout, which LocalKafka appends to kafka.log in the work dir. -->
+<Configuration status="WARN">
+  <Appenders>
+    <Console name="stdout" target="SYSTEM_OUT">
+      <PatternLayout pattern="[%d] %p %m (%c)%n"/>
+    </Console>
+  </Appenders>
+  <Loggers>
+    <Root level="INFO"><AppenderRef ref="stdout"/></Root>
+    <Logger name="org.apache.kafka.common.config.AbstractConfig" level="WARN"/>
+    <Logger name="kafka.request.logger" level="WARN"/>
+    <Logger name="state.change.logger" level="WARN"/>
+    <Logger name="kafka.log.LogCleaner" level="WARN"/>
+    <Logger name="org.apache.kafka.common.utils.AppInfoParser" level="WARN"/>
+  </Loggers>
+</Configuration>
+"""
+
+
+class LocalKafka:
+    """One KRaft node (broker+controller) on loopback, data kept in ``work_dir``.
+
+    Ports are chosen once and kept, so :meth:`restart` (and ``stop`` then
+    ``start``) brings back the same cluster at the same address with its data,
+    which is what crash and restart tests need.
+    """
+
+    def __init__(
+        self,
+        work_dir: Path | None = None,
+        *,
+        libs_dir: Path | None = None,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        controller_port: int | None = None,
+        heap: str = "512m",
+        start_timeout: float = DEFAULT_START_TIMEOUT,
+        detached: bool = False,
+        overrides: dict[str, str] | None = None,
+    ) -> None:
+        self._owns_work_dir = work_dir is None
+        self.work_dir = Path(work_dir) if work_dir else _temp_work_dir()
+        self.libs_dir = libs_dir
+        self.host = host
+        self.port = port or processes.free_port(host)
+        self.controller_port = controller_port or _another_free_port(host, self.port)
+        self.heap = heap
+        self.start_timeout = start_timeout
+        self.detached = detached
+        self.overrides = dict(overrides or {})
+        self.last_start_seconds: float | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._atexit_registered = False
+
+    # -- addresses and files
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.work_dir / "kafka.log"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.work_dir / "data"
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def is_running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def server_properties(self) -> dict[str, str]:
+        """Single-node settings: every internal topic with one replica and min ISR 1."""
+        controller = f"{self.host}:{self.controller_port}"
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.bootstrap.servers": controller,
+            "controller.listener.names": "CONTROLLER",
+            "listeners": f"PLAINTEXT://{self.bootstrap_servers},CONTROLLER://{controller}",
+            "advertised.listeners": (
+                f"PLAINTEXT://{self.bootstrap_servers},CONTROLLER://{controller}"
+            ),
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": str(self.data_dir),
+            "num.partitions": "1",
+            "default.replication.factor": "1",
+            "min.insync.replicas": "1",
+            "offsets.topic.replication.factor": "1",
+            "offsets.topic.num.partitions": "4",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "transaction.state.log.num.partitions": "4",
+            "share.coordinator.state.topic.replication.factor": "1",
+            "share.coordinator.state.topic.min.isr": "1",
+            "share.coordinator.state.topic.num.partitions": "4",
+            "group.initial.rebalance.delay.ms": "0",
+            # After a SIGKILL the controller keeps the dead incarnation registered
+            # until its session expires (default 9s); shorter makes crash tests quicker.
+            "broker.session.timeout.ms": "5000",
+            "broker.heartbeat.interval.ms": "1000",
+            "auto.create.topics.enable": "false",
+        }
+        props.update(self.overrides)
+        return props
+
+    def _write_config(self) -> Path:
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        path = self.work_dir / "server.properties"
+        lines = [f"{key}={value}" for key, value in self.server_properties().items()]
+        path.write_text("# written by outbox.dev.kafka.LocalKafka\n" + "\n".join(lines) + "\n")
+        (self.work_dir / "log4j2.xml").write_text(_LOG4J2_XML)
+        return path
+
+    def _java_argv(self, main_class: str, *args: str, heap: str) -> list[str]:
+        libs = self.libs_dir or ensure_kafka_jars()
+        return [
+            _java(),
+            f"-Xmx{heap}",
+            "-XX:+UseG1GC",
+            "-XX:MaxGCPauseMillis=20",
+            "-XX:+ExitOnOutOfMemoryError",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={self.work_dir / 'log4j2.xml'}",
+            f"-Dkafka.logs.dir={self.work_dir}",
+            "-cp",
+            f"{libs}/*",
+            main_class,
+            *args,
+        ]
+
+    def _format_storage(self, config: Path) -> None:
+        """First start only: KRaft refuses to run on an unformatted log dir."""
+        if (self.data_dir / "meta.properties").is_file():
+            return
+        argv = self._java_argv(
+            "kafka.tools.StorageTool",
+            "format",
+            "--standalone",
+            f"--cluster-id={new_cluster_id()}",
+            f"--config={config}",
+            heap="256m",
+        )
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+        if result.returncode != 0:
+            output = "\n".join((result.stdout + result.stderr).splitlines()[-40:])
+            raise KafkaRuntimeError(
+                f"formatting Kafka storage in {self.data_dir} failed "
+                f"(exit {result.returncode}):\n{output}"
+            )
+
+    # -- lifecycle
+
+    def start(self) -> LocalKafka:
+        """Start and block until a metadata request is answered; idempotent."""
+        if self.is_running():
+            return self
+        began = time.monotonic()
+        if self.libs_dir is None:
+            self.libs_dir = ensure_kafka_jars()
+        _check_libs(self.libs_dir)
+        for port in (self.port, self.controller_port):
+            if _port_in_use(self.host, port):
+                raise KafkaRuntimeError(
+                    f"port {port} on {self.host} is already in use; "
+                    "cannot start the local Kafka broker there"
+                )
+        config = self._write_config()
+        self._format_storage(config)
+        argv = self._java_argv("kafka.Kafka", str(config), heap=self.heap)
+        self._proc = processes.spawn(argv, log_path=self.log_path, detached=self.detached)
+        if not self.detached and not self._atexit_registered:
+            atexit.register(self._stop_at_exit)
+            self._atexit_registered = True
+        ready = wait_for_broker(self.bootstrap_servers, self.start_timeout, self.is_running)
+        if not ready:
+            self._fail_start()
+        self.last_start_seconds = time.monotonic() - began
+        log.info(
+            "Kafka %s ready on %s in %.1fs (pid %s, work dir %s)",
+            KAFKA_VERSION,
+            self.bootstrap_servers,
+            self.last_start_seconds,
+            self.pid,
+            self.work_dir,
+        )
+        return self
+
+    def _fail_start(self) -> None:
+        assert self._proc is not None
+        code = self._proc.poll()
+        if code is None:
+            self.kill()
+            problem = f"did not answer on {self.bootstrap_servers} within {self.start_timeout:.0f}s"
+        else:
+            problem = f"exited with code {code} during start"
+        self._proc = None
+        raise KafkaRuntimeError(
+            f"Kafka broker {problem}; tail of {self.log_path}:\n{processes.log_tail(self.log_path)}"
+        )
+
+    def stop(self, grace_seconds: float = DEFAULT_STOP_GRACE) -> None:
+        """Clean shutdown (SIGTERM, SIGKILL after the grace); data and ports are kept."""
+        if self._proc is not None:
+            processes.stop_pid(self._proc.pid, grace_seconds)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._proc.wait(timeout=1)
+            self._proc = None
+
+    def kill(self) -> None:
+        """SIGKILL with no shutdown hooks, like a crashed machine's broker."""
+        if self._proc is not None:
+            processes.kill_pid(self._proc.pid)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._proc.wait(timeout=1)
+            self._proc = None
+
+    def restart(self, grace_seconds: float = DEFAULT_STOP_GRACE) -> LocalKafka:
+        """Stop cleanly and start again on the same ports with the same data."""
+        self.stop(grace_seconds)
+        return self.start()
+
+    def close(self) -> None:
+        """Stop, and delete the work dir if this object made it up."""
+        self.stop()
+        if self._atexit_registered:
+            atexit.unregister(self._stop_at_exit)
+            self._atexit_registered = False
+        if self._owns_work_dir:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+
+    def _stop_at_exit(self) -> None:
+        # Backstop for attached brokers; PR_SET_PDEATHSIG covers hard deaths.
+        self.stop(grace_seconds=10.0)
+
+    def __enter__(self) -> LocalKafka:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"LocalKafka({self.bootstrap_servers}, pid={self.pid}, work_dir={self.work_dir})"
+
+
+def _temp_work_dir() -> Path:
+    return Path(tempfile.mkdtemp(prefix="outbox-kafka-"))
+
+
+def _another_free_port(host: str, taken: int) -> int:
+    """free_port may hand back the port just released; the two listeners need two."""
+    while True:
+        port = processes.free_port(host)
+        if port != taken:
+            return port
+
+
+# ------------------------------------------------- the `outbox dev kafka` broker
+
+
+def state_file() -> Path:
+    """Where ``outbox dev kafka start`` records its detached broker."""
+    return processes.state_dir() / "kafka.json"
+
+
+def _is_kafka_jvm(pid: int) -> bool:
+    """Guards against a recycled pid: only a live ``kafka.Kafka`` JVM counts."""
+    if not processes.pid_alive(pid):
+        return False
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True  # no /proc to look at: trust the pid
+    return b"kafka.Kafka" in cmdline
+
+
+def running_state() -> dict[str, Any] | None:
+    """The recorded dev broker if it is still alive; a stale record is removed."""
+    path = state_file()
+    try:
+        state: dict[str, Any] = json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+    if _is_kafka_jvm(int(state.get("pid", 0))):
+        return state
+    path.unlink(missing_ok=True)
+    return None
+
+
+def running_bootstrap() -> str | None:
+    """Bootstrap address of the ``outbox dev kafka start`` broker, if one runs."""
+    state = running_state()
+    return str(state["bootstrap"]) if state else None

@@ -1,0 +1,57 @@
+"""The outbox wire protocol, defined once and imported by every component.
+
+Topic naming (:mod:`.topics`), header names (:mod:`.headers`), the record kinds
+and their codecs (:mod:`.records`), and partition pairing (:mod:`.partitioning`).
+"""
+
+from outbox.protocol.errors import InvalidNameError, MalformedRecordError, ProtocolError
+from outbox.protocol.headers import RESERVED_HEADER_PREFIX, Header, is_reserved
+from outbox.protocol.partitioning import half_partition_for, murmur2, op_partition_for_half
+from outbox.protocol.records import (
+    CheckRequest,
+    DiscardReason,
+    DiscardRecord,
+    HalfRecord,
+    OpRecord,
+    OutgoingRecord,
+    RawRecord,
+    RealRecord,
+    RecordKind,
+    Resolution,
+    new_transaction_id,
+    validate_transaction_id,
+)
+from outbox.protocol.topics import (
+    DEFAULT_PREFIX,
+    TopicNames,
+    validate_producer_group,
+    validate_topic_name,
+)
+
+__all__ = [
+    "DEFAULT_PREFIX",
+    "RESERVED_HEADER_PREFIX",
+    "CheckRequest",
+    "DiscardReason",
+    "DiscardRecord",
+    "HalfRecord",
+    "Header",
+    "InvalidNameError",
+    "MalformedRecordError",
+    "OpRecord",
+    "OutgoingRecord",
+    "ProtocolError",
+    "RawRecord",
+    "RealRecord",
+    "RecordKind",
+    "Resolution",
+    "TopicNames",
+    "half_partition_for",
+    "is_reserved",
+    "murmur2",
+    "new_transaction_id",
+    "op_partition_for_half",
+    "validate_producer_group",
+    "validate_topic_name",
+    "validate_transaction_id",
+]

@@ -1,0 +1,462 @@
+"""The record kinds of the protocol, each with one encoder and one decoder.
+
+| kind    | topic                    | key / value          | written by                     |
+| ------- | ------------------------ | -------------------- | ------------------------------ |
+| half    | ``<prefix>.half``        | the user's           | producer; checker (put-back)   |
+| op      | ``<prefix>.op``          | transaction id / -   | producer end; checker (db)     |
+| check   | ``<prefix>.check.<grp>`` | the user's           | checker                        |
+| discard | ``<prefix>.discard``     | the half's, verbatim | checker                        |
+| real    | the user's topic         | the user's           | producer end (commit)          |
+
+Everything the protocol needs lives in ``outbox-`` headers, so user payloads are
+never wrapped and a real record is a plain record with additive headers.
+Decoders take a :class:`RawRecord` (built from a confluent-kafka message or by
+hand in tests) and raise :class:`MalformedRecordError` naming the bad field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import string
+import uuid
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol, Self
+
+from outbox.protocol.headers import (
+    Header,
+    HeaderList,
+    HeaderReader,
+    int_header,
+    text_header,
+    user_headers,
+)
+from outbox.protocol.partitioning import op_partition_for_half
+from outbox.protocol.topics import TopicNames, validate_producer_group, validate_topic_name
+
+_TRANSACTION_ID_CHARS = frozenset(string.ascii_letters + string.digits + "-_.:")
+MAX_TRANSACTION_ID_LENGTH = 128
+
+
+class RecordKind(StrEnum):
+    HALF = "half"
+    OP = "op"
+    CHECK = "check"
+    DISCARD = "discard"
+
+
+class Resolution(StrEnum):
+    """The outcome an op record records."""
+
+    COMMIT = "commit"
+    ROLLBACK = "rollback"
+
+
+class DiscardReason(StrEnum):
+    """Why the checker gave up on a half."""
+
+    CHECK_MAX = "check-max"
+    RETENTION = "retention"
+    MALFORMED = "malformed"
+
+
+def new_transaction_id() -> str:
+    """A fresh, globally unique transaction id (RocketMQ's ``UNIQ_KEY``)."""
+    return uuid.uuid4().hex
+
+
+def validate_transaction_id(transaction_id: object) -> str:
+    """Raise ``ValueError`` unless ``transaction_id`` is a usable id."""
+    if not isinstance(transaction_id, str) or not transaction_id:
+        raise ValueError(f"transaction id must be a non-empty string, got {transaction_id!r}")
+    if len(transaction_id) > MAX_TRANSACTION_ID_LENGTH:
+        raise ValueError(f"transaction id is longer than {MAX_TRANSACTION_ID_LENGTH} chars")
+    if not set(transaction_id) <= _TRANSACTION_ID_CHARS:
+        raise ValueError(
+            f"transaction id {transaction_id[:40]!r} may only hold letters, digits and '-_.:'"
+        )
+    return transaction_id
+
+
+class _KafkaMessage(Protocol):
+    """The parts of ``confluent_kafka.Message`` the decoders read."""
+
+    def topic(self) -> str | None: ...
+    def partition(self) -> int | None: ...
+    def offset(self) -> int | None: ...
+    def key(self) -> bytes | None: ...
+    def value(self) -> bytes | None: ...
+    def headers(self) -> list[tuple[str, bytes | None]] | None: ...
+    def timestamp(self) -> tuple[int, int]: ...
+
+
+@dataclass(frozen=True)
+class RawRecord:
+    """A stored record as read from Kafka, independent of the client library."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None = None
+    value: bytes | None = None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+    timestamp_ms: int | None = None
+
+    @classmethod
+    def from_kafka(cls, message: _KafkaMessage) -> RawRecord:
+        _, timestamp = message.timestamp()
+        return cls(
+            topic=message.topic() or "",
+            partition=message.partition() if message.partition() is not None else -1,
+            offset=message.offset() if message.offset() is not None else -1,
+            key=message.key(),
+            value=message.value(),
+            headers=tuple(message.headers() or ()),
+            timestamp_ms=timestamp if timestamp > 0 else None,
+        )
+
+    def reader(self, kind: RecordKind | str) -> HeaderReader:
+        """A header reader whose errors name this record's position."""
+        return HeaderReader(
+            str(kind), self.headers, topic=self.topic, partition=self.partition, offset=self.offset
+        )
+
+    def kind(self) -> RecordKind | None:
+        """The ``outbox-kind`` header, or ``None`` for records without a valid one."""
+        for name, value in self.headers:
+            if name == Header.KIND.value and value is not None:
+                try:
+                    return RecordKind(value.decode("utf-8"))
+                except (UnicodeDecodeError, ValueError):
+                    return None
+        return None
+
+
+@dataclass(frozen=True)
+class OutgoingRecord:
+    """A record ready to hand to a producer."""
+
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    headers: HeaderList = field(default_factory=list)
+    partition: int | None = None
+
+    def produce_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``confluent_kafka.Producer.produce``."""
+        kwargs: dict[str, Any] = {
+            "topic": self.topic,
+            "key": self.key,
+            "value": self.value,
+            "headers": self.headers,
+        }
+        if self.partition is not None:
+            kwargs["partition"] = self.partition
+        return kwargs
+
+
+def _check_kind(raw: RawRecord, expected: RecordKind) -> HeaderReader:
+    reader = raw.reader(expected)
+    found = reader.text(Header.KIND)
+    if found != expected.value:
+        raise reader.error(Header.KIND.value, f"expected {expected.value!r}, found {found!r}")
+    return reader
+
+
+def _read_transaction_id(reader: HeaderReader) -> str:
+    transaction_id = reader.text(Header.TRANSACTION_ID)
+    try:
+        return validate_transaction_id(transaction_id)
+    except ValueError as exc:
+        raise reader.error(Header.TRANSACTION_ID.value, str(exc)) from None
+
+
+def _read_name(reader: HeaderReader, header: Header, validate: Any) -> str:
+    name = reader.text(header)
+    try:
+        return str(validate(name))
+    except ValueError as exc:
+        raise reader.error(header.value, str(exc)) from None
+
+
+@dataclass(frozen=True)
+class HalfRecord:
+    """A prepared message: the user's record, parked until its outcome is known."""
+
+    transaction_id: str
+    producer_group: str
+    real_topic: str
+    key: bytes | None
+    value: bytes | None
+    born_ms: int
+    user_headers: HeaderList = field(default_factory=list)
+    real_partition: int | None = None
+    check_times: int = 0
+    immunity_seconds: int | None = None
+
+    def to_record(self, topics: TopicNames, half_partition: int) -> OutgoingRecord:
+        headers: HeaderList = [
+            text_header(Header.KIND, RecordKind.HALF),
+            *self._protocol_headers(),
+            *self.user_headers,
+        ]
+        return OutgoingRecord(topics.half, self.key, self.value, headers, half_partition)
+
+    def _protocol_headers(self) -> HeaderList:
+        headers: HeaderList = [
+            text_header(Header.TRANSACTION_ID, self.transaction_id),
+            text_header(Header.PRODUCER_GROUP, self.producer_group),
+            text_header(Header.REAL_TOPIC, self.real_topic),
+            int_header(Header.BORN_MS, self.born_ms),
+            int_header(Header.CHECK_TIMES, self.check_times),
+        ]
+        if self.real_partition is not None:
+            headers.append(int_header(Header.REAL_PARTITION, self.real_partition))
+        if self.immunity_seconds is not None:
+            headers.append(int_header(Header.IMMUNITY_SECONDS, self.immunity_seconds))
+        return headers
+
+    @classmethod
+    def from_record(cls, raw: RawRecord) -> Self:
+        return cls._from_headers(_check_kind(raw, RecordKind.HALF), raw)
+
+    @classmethod
+    def _from_headers(cls, reader: HeaderReader, raw: RawRecord) -> Self:
+        return cls(
+            transaction_id=_read_transaction_id(reader),
+            producer_group=_read_name(reader, Header.PRODUCER_GROUP, validate_producer_group),
+            real_topic=_read_name(reader, Header.REAL_TOPIC, validate_topic_name),
+            key=raw.key,
+            value=raw.value,
+            born_ms=reader.integer(Header.BORN_MS),
+            user_headers=user_headers(raw.headers),
+            real_partition=reader.optional_integer(Header.REAL_PARTITION),
+            check_times=reader.integer(Header.CHECK_TIMES),
+            immunity_seconds=reader.optional_integer(Header.IMMUNITY_SECONDS),
+        )
+
+    def put_back(self) -> Self:
+        """The copy the checker appends before asking: one more check, same born time."""
+        return dataclasses.replace(self, check_times=self.check_times + 1)
+
+    def resumed(self) -> Self:
+        """The copy ``discard resume`` re-inserts: the check count starts over."""
+        return dataclasses.replace(self, check_times=0)
+
+    def to_real_record(self) -> OutgoingRecord:
+        """The committed event, as the user sent it plus the transaction id header."""
+        headers: HeaderList = [
+            *self.user_headers,
+            text_header(Header.TRANSACTION_ID, self.transaction_id),
+            text_header(Header.PRODUCER_GROUP, self.producer_group),
+        ]
+        return OutgoingRecord(self.real_topic, self.key, self.value, headers, self.real_partition)
+
+
+@dataclass(frozen=True)
+class OpRecord:
+    """The outcome of one half, in the op partition paired with its half partition."""
+
+    transaction_id: str
+    producer_group: str
+    half_partition: int
+    half_offset: int
+    resolution: Resolution
+    ended_ms: int
+
+    def to_record(self, topics: TopicNames) -> OutgoingRecord:
+        headers: HeaderList = [
+            text_header(Header.KIND, RecordKind.OP),
+            text_header(Header.TRANSACTION_ID, self.transaction_id),
+            text_header(Header.PRODUCER_GROUP, self.producer_group),
+            int_header(Header.HALF_PARTITION, self.half_partition),
+            int_header(Header.HALF_OFFSET, self.half_offset),
+            text_header(Header.RESOLUTION, self.resolution),
+            int_header(Header.ENDED_MS, self.ended_ms),
+        ]
+        return OutgoingRecord(
+            topics.op,
+            self.transaction_id.encode("utf-8"),
+            None,
+            headers,
+            op_partition_for_half(self.half_partition),
+        )
+
+    @classmethod
+    def from_record(cls, raw: RawRecord) -> Self:
+        reader = _check_kind(raw, RecordKind.OP)
+        resolution = reader.text(Header.RESOLUTION)
+        try:
+            parsed = Resolution(resolution)
+        except ValueError:
+            raise reader.error(
+                Header.RESOLUTION.value, f"is {resolution[:40]!r}, expected commit or rollback"
+            ) from None
+        return cls(
+            transaction_id=_read_transaction_id(reader),
+            producer_group=_read_name(reader, Header.PRODUCER_GROUP, validate_producer_group),
+            half_partition=reader.integer(Header.HALF_PARTITION),
+            half_offset=reader.integer(Header.HALF_OFFSET),
+            resolution=parsed,
+            ended_ms=reader.integer(Header.ENDED_MS),
+        )
+
+
+@dataclass(frozen=True)
+class CheckRequest:
+    """The checker asking a producer group about one put-back half copy."""
+
+    half: HalfRecord
+    half_partition: int
+    half_offset: int
+    requested_ms: int
+
+    def to_record(self, topics: TopicNames) -> OutgoingRecord:
+        headers: HeaderList = [
+            text_header(Header.KIND, RecordKind.CHECK),
+            *self.half._protocol_headers(),
+            int_header(Header.HALF_PARTITION, self.half_partition),
+            int_header(Header.HALF_OFFSET, self.half_offset),
+            int_header(Header.REQUESTED_MS, self.requested_ms),
+            *self.half.user_headers,
+        ]
+        return OutgoingRecord(
+            topics.check(self.half.producer_group), self.half.key, self.half.value, headers
+        )
+
+    @classmethod
+    def from_record(cls, raw: RawRecord) -> Self:
+        reader = _check_kind(raw, RecordKind.CHECK)
+        return cls(
+            half=HalfRecord._from_headers(reader, raw),
+            half_partition=reader.integer(Header.HALF_PARTITION),
+            half_offset=reader.integer(Header.HALF_OFFSET),
+            requested_ms=reader.integer(Header.REQUESTED_MS),
+        )
+
+
+# Headers a discard record sets itself; any copy of them among the original
+# half's headers (a malformed half may carry anything) is dropped.
+_DISCARD_OWN_HEADERS = frozenset(
+    h.value
+    for h in (
+        Header.KIND,
+        Header.HALF_PARTITION,
+        Header.HALF_OFFSET,
+        Header.DISCARD_REASON,
+        Header.DISCARD_DETAIL,
+        Header.DISCARDED_MS,
+    )
+)
+
+
+@dataclass(frozen=True)
+class DiscardRecord:
+    """A half the checker gave up on, kept verbatim so it can be resumed.
+
+    It holds the original key, value and headers rather than a decoded
+    :class:`HalfRecord`, because a half discarded as malformed does not decode.
+    """
+
+    half_partition: int
+    half_offset: int
+    reason: DiscardReason
+    discarded_ms: int
+    original_key: bytes | None = None
+    original_value: bytes | None = None
+    original_headers: HeaderList = field(default_factory=list)
+    detail: str | None = None
+
+    @classmethod
+    def of_half(
+        cls, raw: RawRecord, reason: DiscardReason, discarded_ms: int, detail: str | None = None
+    ) -> Self:
+        kept = [(name, value) for name, value in raw.headers if name not in _DISCARD_OWN_HEADERS]
+        return cls(
+            half_partition=raw.partition,
+            half_offset=raw.offset,
+            reason=reason,
+            discarded_ms=discarded_ms,
+            original_key=raw.key,
+            original_value=raw.value,
+            original_headers=kept,
+            detail=detail,
+        )
+
+    def to_record(self, topics: TopicNames) -> OutgoingRecord:
+        headers: HeaderList = [
+            text_header(Header.KIND, RecordKind.DISCARD),
+            int_header(Header.HALF_PARTITION, self.half_partition),
+            int_header(Header.HALF_OFFSET, self.half_offset),
+            text_header(Header.DISCARD_REASON, self.reason),
+            int_header(Header.DISCARDED_MS, self.discarded_ms),
+        ]
+        if self.detail:
+            headers.append(text_header(Header.DISCARD_DETAIL, self.detail[:1000]))
+        headers.extend(self.original_headers)
+        return OutgoingRecord(topics.discard, self.original_key, self.original_value, headers)
+
+    @classmethod
+    def from_record(cls, raw: RawRecord) -> Self:
+        reader = _check_kind(raw, RecordKind.DISCARD)
+        reason = reader.text(Header.DISCARD_REASON)
+        try:
+            parsed = DiscardReason(reason)
+        except ValueError:
+            choices = ", ".join(r.value for r in DiscardReason)
+            raise reader.error(
+                Header.DISCARD_REASON.value, f"is {reason[:40]!r}, expected one of {choices}"
+            ) from None
+        return cls(
+            half_partition=reader.integer(Header.HALF_PARTITION),
+            half_offset=reader.integer(Header.HALF_OFFSET),
+            reason=parsed,
+            discarded_ms=reader.integer(Header.DISCARDED_MS),
+            original_key=raw.key,
+            original_value=raw.value,
+            original_headers=[(n, v) for n, v in raw.headers if n not in _DISCARD_OWN_HEADERS],
+            detail=reader.optional_text(Header.DISCARD_DETAIL),
+        )
+
+    def original_half(self) -> HalfRecord:
+        """The discarded half, decoded; raises if it was discarded as malformed."""
+        raw = RawRecord(
+            topic="(discarded half)",
+            partition=self.half_partition,
+            offset=self.half_offset,
+            key=self.original_key,
+            value=self.original_value,
+            headers=(text_header(Header.KIND, RecordKind.HALF), *self.original_headers),
+        )
+        return HalfRecord.from_record(raw)
+
+
+@dataclass(frozen=True)
+class RealRecord:
+    """A committed event as it stands on its real topic."""
+
+    topic: str
+    partition: int
+    offset: int
+    transaction_id: str
+    producer_group: str | None
+    key: bytes | None
+    value: bytes | None
+    user_headers: HeaderList
+
+    @classmethod
+    def from_record(cls, raw: RawRecord) -> Self:
+        reader = raw.reader("real")
+        if raw.kind() is not None:
+            raise reader.error(Header.KIND.value, f"is {raw.kind()!r}: not a real record")
+        group = reader.optional_text(Header.PRODUCER_GROUP)
+        return cls(
+            topic=raw.topic,
+            partition=raw.partition,
+            offset=raw.offset,
+            transaction_id=_read_transaction_id(reader),
+            producer_group=group,
+            key=raw.key,
+            value=raw.value,
+            user_headers=user_headers(raw.headers),
+        )

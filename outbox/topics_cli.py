@@ -1,0 +1,105 @@
+"""``outbox topics create|describe``: the outbox's own topics on a cluster."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from confluent_kafka.admin import AdminClient
+from rich.table import Table
+
+from outbox.admin import TopicState, ensure_topics, plan_topics, read_topic_states
+from outbox.cli_options import BootstrapOption, PrefixOption, PropertiesOption, kafka_settings
+from outbox.console import make_console
+from outbox.protocol import DEFAULT_PREFIX
+
+topics_app = typer.Typer(help="Create and inspect the outbox topics.", no_args_is_help=True)
+
+GroupOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--group",
+        "-g",
+        help="Also create the check topic of this producer group (repeatable).",
+        show_default=False,
+    ),
+]
+
+
+def _table(title: str, states: list[TopicState], created: dict[str, bool] | None = None) -> Table:
+    table = Table(title=title)
+    for column in ("topic", "partitions", "replication", "retention.ms", "status"):
+        table.add_column(column)
+    for state in states:
+        if not state.exists:
+            status = "missing"
+        elif created is not None:
+            status = "created" if created.get(state.name) else "exists"
+        else:
+            status = "ok"
+        table.add_row(
+            state.name,
+            str(state.partitions or "-"),
+            str(state.replication_factor or "-"),
+            state.config.get("retention.ms", "-"),
+            status,
+        )
+    return table
+
+
+@topics_app.command()
+def create(
+    partitions: Annotated[
+        int,
+        typer.Option(
+            "--partitions",
+            "-p",
+            envvar="OUTBOX_TOPIC_PARTITIONS",
+            min=1,
+            help="Partitions of the half and op topics (and the others).",
+        ),
+    ] = 8,
+    replication_factor: Annotated[
+        int, typer.Option("--replication-factor", "-r", min=1, help="Replicas per partition.")
+    ] = 1,
+    groups: GroupOption = None,
+    bootstrap: BootstrapOption = None,
+    prefix: PrefixOption = DEFAULT_PREFIX,
+    properties: PropertiesOption = None,
+) -> None:
+    """Create the half, op and discard topics (and check topics); idempotent."""
+    settings = kafka_settings(bootstrap, prefix, properties)
+    admin = AdminClient(settings.client_config())
+    specs = plan_topics(settings.topics, partitions, replication_factor, tuple(groups or ()))
+    created = ensure_topics(admin, specs)
+    states = read_topic_states(admin, [s.name for s in specs])
+    make_console().print(
+        _table(f"outbox topics on {settings.bootstrap_servers}", list(states.values()), created)
+    )
+
+
+@topics_app.command()
+def describe(
+    groups: GroupOption = None,
+    bootstrap: BootstrapOption = None,
+    prefix: PrefixOption = DEFAULT_PREFIX,
+    properties: PropertiesOption = None,
+) -> None:
+    """Show the outbox topics; exits 1 if any is missing or half and op disagree."""
+    settings = kafka_settings(bootstrap, prefix, properties)
+    admin = AdminClient(settings.client_config())
+    names = [*settings.topics.fixed, *(settings.topics.check(g) for g in groups or ())]
+    states = read_topic_states(admin, names)
+    make_console().print(
+        _table(f"outbox topics on {settings.bootstrap_servers}", list(states.values()))
+    )
+    half, op = states[settings.topics.half], states[settings.topics.op]
+    if half.exists and op.exists and half.partitions != op.partitions:
+        typer.echo(
+            f"error: {half.name} has {half.partitions} partitions but {op.name} has "
+            f"{op.partitions}; they must match (half partition p pairs with op partition p)",
+            err=True,
+        )
+        raise typer.Exit(1)
+    if not all(s.exists for s in states.values()):
+        raise typer.Exit(1)

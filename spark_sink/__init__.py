@@ -1,0 +1,1 @@
+"""PySpark Structured Streaming over the real topics: committed events into a table."""

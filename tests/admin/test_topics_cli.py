@@ -1,0 +1,106 @@
+"""``outbox topics`` run as a user runs it: the installed console script, a real broker."""
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from outbox.protocol import TopicNames
+
+pytestmark = pytest.mark.kafka
+
+
+def outbox(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "outbox", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+
+
+def test_create_then_describe(kafka_bootstrap, unique_prefix):
+    created = outbox(
+        "topics", "create", "--partitions", "2", "--prefix", unique_prefix,
+        "--bootstrap", kafka_bootstrap, "--group", "shop",
+    )  # fmt: skip
+    assert created.returncode == 0, created.stderr
+    assert created.stdout.count("created") == 4
+    again = outbox(
+        "topics", "create", "-p", "2", "--prefix", unique_prefix, "--bootstrap", kafka_bootstrap
+    )
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.count("exists") == 3
+    described = outbox(
+        "topics", "describe", "--prefix", unique_prefix, "--bootstrap", kafka_bootstrap
+    )
+    assert described.returncode == 0, described.stderr
+    for name in TopicNames(unique_prefix).fixed:
+        assert name in described.stdout
+
+
+def test_describe_missing_topics_exits_1(kafka_bootstrap, unique_prefix):
+    described = outbox(
+        "topics", "describe", "--prefix", unique_prefix, "--bootstrap", kafka_bootstrap
+    )
+    assert described.returncode == 1
+    assert "missing" in described.stdout
+
+
+def test_mismatch_is_a_one_line_error(kafka_bootstrap, unique_prefix):
+    args = ("topics", "create", "--prefix", unique_prefix, "--bootstrap", kafka_bootstrap)
+    assert outbox(*args, "-p", "3").returncode == 0
+    mismatch = outbox(*args, "-p", "6")
+    assert mismatch.returncode == 1
+    assert "has 3 partitions, 6 requested" in mismatch.stderr
+    assert "Traceback" not in mismatch.stderr
+
+
+def test_unreachable_broker_fails_in_bounded_time():
+    started = time.monotonic()
+    result = outbox("topics", "describe", "--bootstrap", "127.0.0.1:1")
+    assert result.returncode == 1
+    assert "cannot reach Kafka" in result.stderr
+    assert time.monotonic() - started < 60
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (("--bootstrap", "no-port-here"), "expected host:port"),
+        (("--bootstrap", "127.0.0.1:1", "--prefix", "bad/prefix"), "topic prefix"),
+        (("--bootstrap", "127.0.0.1:1", "-X", "novalue"), "not KEY=VALUE"),
+        (("--bootstrap", "127.0.0.1:1", "-X", "{broken json"), "not valid JSON"),
+    ],
+)
+def test_bad_options_name_the_problem(args, message):
+    result = outbox("topics", "create", *args)
+    assert result.returncode == 1
+    assert message in result.stderr
+
+
+def test_bad_partition_count_is_a_usage_error():
+    result = outbox("topics", "create", "--bootstrap", "127.0.0.1:1", "--partitions", "0")
+    assert result.returncode == 2
+    assert "--partitions" in result.stderr
+
+
+def test_no_bootstrap_anywhere_says_how_to_get_one(tmp_path):
+    env = {"PATH": "/usr/bin:/bin", "OUTBOX_DEV_HOME": str(tmp_path), "HOME": str(tmp_path)}
+    result = outbox("topics", "describe", env=env)
+    assert result.returncode == 1
+    assert "outbox dev kafka start" in result.stderr
+
+
+def test_describe_flags_half_and_op_disagreeing(kafka_bootstrap, kafka_admin, unique_prefix):
+    from confluent_kafka.admin import NewTopic
+
+    topics = TopicNames(unique_prefix)
+    futures = kafka_admin.create_topics([NewTopic(topics.half, 2, 1), NewTopic(topics.op, 3, 1)])
+    for future in futures.values():
+        future.result(30)
+    result = outbox("topics", "describe", "--prefix", unique_prefix, "--bootstrap", kafka_bootstrap)
+    assert result.returncode == 1
+    assert f"{topics.half} has 2 partitions but {topics.op} has 3" in result.stderr

@@ -1,0 +1,448 @@
+"""docker-compose.yml and the Dockerfile agree with each other and with Kafka's rules.
+
+There is no Docker engine in CI to ``docker compose up`` the stack, and a typo
+in a listener or a database URL only shows up there, as a service that hangs
+while connecting. So the file is read as data and cross-checked: each check is
+a function returning its problems, run once on the real file and once on a
+deliberately broken copy, to prove the check can fail.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import re
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from sqlalchemy.engine import make_url
+
+REPO = Path(__file__).resolve().parents[2]
+COMPOSE_FILE = REPO / "docker-compose.yml"
+DOCKERFILE = REPO / "Dockerfile"
+
+KAFKA = "kafka"
+POSTGRES = "postgres"
+APP_SERVICES = ("checker", "spark-sink", "demo")
+DATABASE_SERVICES = ("checker", "demo")
+POSTGRES_CONTAINER_PORT = 5432
+
+Compose = dict[str, Any]
+
+
+# -- reading compose --------------------------------------------------------
+
+
+def services(compose: Compose) -> dict[str, dict[str, Any]]:
+    return compose.get("services") or {}
+
+
+def env(compose: Compose, name: str) -> dict[str, str]:
+    """A service's environment as strings; compose allows a mapping or KEY=VALUE list."""
+    raw = services(compose)[name].get("environment") or {}
+    if isinstance(raw, list):
+        raw = dict(item.split("=", 1) for item in raw)
+    return {key: "" if value is None else str(value) for key, value in raw.items()}
+
+
+def listeners(spec: str) -> dict[str, tuple[str, int]]:
+    """``NAME://host:port,...`` to ``{NAME: (host, port)}`` (empty host = all interfaces)."""
+    parsed: dict[str, tuple[str, int]] = {}
+    for entry in filter(None, (part.strip() for part in spec.split(","))):
+        match = re.fullmatch(r"([A-Za-z0-9_]+)://(\[[^\]]*\]|[^:]*):(\d+)", entry)
+        assert match, f"unparseable listener {entry!r}"
+        parsed[match[1]] = (match[2], int(match[3]))
+    return parsed
+
+
+def network_names(compose: Compose, name: str) -> set[str]:
+    """Names other containers can resolve this service by on the compose network."""
+    service = services(compose)[name]
+    names = {name}
+    if service.get("hostname"):
+        names.add(service["hostname"])
+    if service.get("container_name"):
+        names.add(service["container_name"])
+    networks = service.get("networks")
+    if isinstance(networks, dict):
+        for settings in networks.values():
+            names.update((settings or {}).get("aliases", []))
+    return names
+
+
+def published_ports(service: dict[str, Any]) -> list[tuple[str, int]]:
+    """``(host_ip, host_port)`` for each published port, short or long syntax."""
+    result: list[tuple[str, int]] = []
+    for port in service.get("ports") or []:
+        if isinstance(port, dict):
+            if port.get("published") is not None:
+                result.append((str(port.get("host_ip", "")), int(port["published"])))
+            continue
+        parts = str(port).split("/")[0].split(":")
+        if len(parts) == 1:
+            continue  # container port only: the host side is random
+        host_ip = parts[0] if len(parts) == 3 else ""
+        result.append((host_ip, int(parts[-2])))
+    return result
+
+
+def depends_on(service: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    raw = service.get("depends_on") or {}
+    if isinstance(raw, list):
+        return {name: {"condition": "service_started"} for name in raw}
+    return {name: settings or {} for name, settings in raw.items()}
+
+
+# -- checks: each returns a list of problems ----------------------------------
+
+
+def service_problems(compose: Compose) -> list[str]:
+    expected = {KAFKA, POSTGRES, *APP_SERVICES}
+    missing = expected - set(services(compose))
+    return [f"missing service {name!r}" for name in sorted(missing)]
+
+
+def bootstrap_problems(compose: Compose) -> list[str]:
+    """Each client must use a listener the broker advertises under a name on the network.
+
+    Clients bootstrap from any address but then reconnect to what the broker
+    advertises; ``localhost:29092`` works from the host and nowhere else.
+    """
+    kafka_env = env(compose, KAFKA)
+    advertised = listeners(kafka_env.get("KAFKA_ADVERTISED_LISTENERS", ""))
+    bound = listeners(kafka_env.get("KAFKA_LISTENERS", ""))
+    controllers = set(kafka_env.get("KAFKA_CONTROLLER_LISTENER_NAMES", "").split(","))
+    reachable = network_names(compose, KAFKA)
+    on_network = {
+        (host, port): listener
+        for listener, (host, port) in advertised.items()
+        if host in reachable and listener not in controllers
+    }
+    problems = []
+    for listener, (_, port) in advertised.items():
+        if bound.get(listener, (None, None))[1] != port:
+            problems.append(f"advertised listener {listener} port {port} is not in KAFKA_LISTENERS")
+    for name in services(compose):
+        if name == KAFKA:
+            continue
+        bootstrap = env(compose, name).get("OUTBOX_BOOTSTRAP_SERVERS")
+        if bootstrap is None:
+            if name in APP_SERVICES:
+                problems.append(f"{name}: no OUTBOX_BOOTSTRAP_SERVERS")
+            continue
+        for address in bootstrap.split(","):
+            host, _, port = address.strip().rpartition(":")
+            if not port.isdigit() or (host, int(port)) not in on_network:
+                problems.append(
+                    f"{name}: OUTBOX_BOOTSTRAP_SERVERS {address!r} is not an advertised "
+                    f"listener on the compose network {sorted(on_network)}"
+                )
+    return problems
+
+
+def host_port_problems(compose: Compose) -> list[str]:
+    seen: dict[int, str] = {}
+    problems = []
+    for name, service in services(compose).items():
+        for _, port in published_ports(service):
+            if port in seen:
+                problems.append(f"host port {port} published by both {seen[port]} and {name}")
+            seen[port] = name
+    return problems
+
+
+def dependency_problems(compose: Compose) -> list[str]:
+    """Unknown targets fail ``compose up``; service_healthy without a healthcheck never starts."""
+    problems = []
+    all_services = services(compose)
+    for name, service in all_services.items():
+        for target, settings in depends_on(service).items():
+            if target not in all_services:
+                problems.append(f"{name} depends on unknown service {target!r}")
+            elif settings.get("condition") == "service_healthy" and not all_services[target].get(
+                "healthcheck"
+            ):
+                problems.append(f"{name} waits for {target} to be healthy; it has no healthcheck")
+    return problems
+
+
+def database_url_problems(compose: Compose) -> list[str]:
+    pg_env = env(compose, POSTGRES)
+    expected = {
+        "username": pg_env.get("POSTGRES_USER", "postgres"),
+        "password": pg_env.get("POSTGRES_PASSWORD"),
+        "database": pg_env.get("POSTGRES_DB", pg_env.get("POSTGRES_USER", "postgres")),
+    }
+    problems = []
+    for name in services(compose):
+        raw = env(compose, name).get("OUTBOX_DATABASE_URL")
+        if raw is None:
+            if name in DATABASE_SERVICES:
+                problems.append(f"{name}: no OUTBOX_DATABASE_URL")
+            continue
+        url = make_url(raw)
+        if url.drivername != "postgresql+psycopg":
+            problems.append(f"{name}: driver {url.drivername!r}; the image installs psycopg 3")
+        if url.host not in network_names(compose, POSTGRES):
+            problems.append(f"{name}: database host {url.host!r} is not the postgres service")
+        if (url.port or POSTGRES_CONTAINER_PORT) != POSTGRES_CONTAINER_PORT:
+            problems.append(f"{name}: database port {url.port} is not the container port")
+        for field, want in expected.items():
+            if getattr(url, field) != want:
+                problems.append(f"{name}: database {field} {getattr(url, field)!r} != {want!r}")
+    return problems
+
+
+def build_problems(compose: Compose) -> list[str]:
+    problems = []
+    for name, service in services(compose).items():
+        build = service.get("build")
+        if build is None:
+            continue
+        if isinstance(build, str):
+            build = {"context": build}
+        context = REPO / build.get("context", ".")
+        dockerfile = context / build.get("dockerfile", "Dockerfile")
+        if not dockerfile.is_file():
+            problems.append(f"{name}: builds from {dockerfile}, which does not exist")
+    for name in APP_SERVICES:
+        if name in services(compose) and "build" not in services(compose)[name]:
+            problems.append(f"{name}: does not build the project image")
+    return problems
+
+
+def single_node_kafka_problems(compose: Compose) -> list[str]:
+    """One broker cannot hold three replicas: internal topics and transactions would stall."""
+    kafka_env = env(compose, KAFKA)
+    problems = []
+    for key in (
+        "KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR",
+        "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR",
+        "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR",
+    ):
+        if key not in kafka_env:
+            problems.append(f"kafka: {key} unset (defaults assume 3 brokers)")
+    for key, value in kafka_env.items():
+        if key.endswith(("REPLICATION_FACTOR", "MIN_ISR", "MIN_INSYNC_REPLICAS")) and value != "1":
+            problems.append(f"kafka: {key}={value}, a single node needs 1")
+    roles = set(kafka_env.get("KAFKA_PROCESS_ROLES", "").split(","))
+    if roles != {"broker", "controller"}:
+        problems.append(f"kafka: KAFKA_PROCESS_ROLES {sorted(roles)} is not a combined node")
+    controller_names = kafka_env.get("KAFKA_CONTROLLER_LISTENER_NAMES", "").split(",")
+    bound = listeners(kafka_env.get("KAFKA_LISTENERS", ""))
+    controller_ports = {bound[n][1] for n in controller_names if n in bound}
+    voters = kafka_env.get("KAFKA_CONTROLLER_QUORUM_VOTERS", "")
+    voter = re.fullmatch(r"(\d+)@([^:]+):(\d+)", voters)
+    if voter is None:
+        problems.append(f"kafka: KAFKA_CONTROLLER_QUORUM_VOTERS {voters!r} is not one voter")
+    else:
+        if voter[1] != kafka_env.get("KAFKA_NODE_ID"):
+            problems.append(f"kafka: voter id {voter[1]} is not KAFKA_NODE_ID")
+        if voter[2] not in network_names(compose, KAFKA):
+            problems.append(f"kafka: voter host {voter[2]!r} does not resolve to kafka")
+        if int(voter[3]) not in controller_ports:
+            problems.append(f"kafka: voter port {voter[3]} is not a controller listener")
+    cluster_id = kafka_env.get("CLUSTER_ID")
+    if cluster_id is not None:
+        try:
+            raw = base64.urlsafe_b64decode(cluster_id + "==")
+        except ValueError:
+            raw = b""
+        if len(cluster_id) != 22 or len(raw) != 16:
+            problems.append(f"kafka: CLUSTER_ID {cluster_id!r} is not 16 bytes of base64url")
+    return problems
+
+
+def topic_prefix_problems(compose: Compose) -> list[str]:
+    prefixes = {
+        name: env(compose, name)["OUTBOX_TOPIC_PREFIX"]
+        for name in services(compose)
+        if "OUTBOX_TOPIC_PREFIX" in env(compose, name)
+    }
+    if len(set(prefixes.values())) > 1:
+        return [f"services disagree on OUTBOX_TOPIC_PREFIX: {prefixes}"]
+    return []
+
+
+CHECKS: list[Callable[[Compose], list[str]]] = [
+    service_problems,
+    bootstrap_problems,
+    host_port_problems,
+    dependency_problems,
+    database_url_problems,
+    build_problems,
+    single_node_kafka_problems,
+    topic_prefix_problems,
+]
+
+
+# -- tests --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def compose() -> Compose:
+    loaded = yaml.safe_load(COMPOSE_FILE.read_text())
+    assert isinstance(loaded, dict) and isinstance(loaded.get("services"), dict)
+    return loaded
+
+
+@pytest.mark.parametrize("check", CHECKS, ids=lambda check: check.__name__)
+def test_compose_file_passes(check: Callable[[Compose], list[str]], compose: Compose) -> None:
+    assert check(compose) == []
+
+
+def _set_env(name: str, key: str, value: str) -> Callable[[Compose], None]:
+    def mutate(compose: Compose) -> None:
+        services(compose)[name]["environment"] = {**env(compose, name), key: value}
+
+    return mutate
+
+
+def _drop_service(name: str) -> Callable[[Compose], None]:
+    return lambda compose: services(compose).pop(name)
+
+
+def _publish(name: str, port: str) -> Callable[[Compose], None]:
+    return lambda compose: services(compose)[name].setdefault("ports", []).append(port)
+
+
+def _depend(name: str, target: str) -> Callable[[Compose], None]:
+    def mutate(compose: Compose) -> None:
+        services(compose)[name]["depends_on"] = {target: {"condition": "service_healthy"}}
+
+    return mutate
+
+
+def _build_from(name: str, context: str) -> Callable[[Compose], None]:
+    def mutate(compose: Compose) -> None:
+        services(compose)[name]["build"] = context
+
+    return mutate
+
+
+BREAKAGES: list[tuple[str, Callable[[Compose], list[str]], Callable[[Compose], None], str]] = [
+    ("missing demo", service_problems, _drop_service("demo"), "demo"),
+    (
+        "host-side listener",
+        bootstrap_problems,
+        _set_env("checker", "OUTBOX_BOOTSTRAP_SERVERS", "localhost:29092"),
+        "checker",
+    ),
+    (
+        "controller listener",
+        bootstrap_problems,
+        _set_env("demo", "OUTBOX_BOOTSTRAP_SERVERS", "kafka:9093"),
+        "demo",
+    ),
+    (
+        "advertised but not bound",
+        bootstrap_problems,
+        _set_env("kafka", "KAFKA_LISTENERS", "INTERNAL://:9094,CONTROLLER://:9093"),
+        "not in KAFKA_LISTENERS",
+    ),
+    ("duplicate host port", host_port_problems, _publish("demo", "29092:8080"), "29092"),
+    ("unknown dependency", dependency_problems, _depend("demo", "zookeeper"), "zookeeper"),
+    ("unhealthy dependency", dependency_problems, _depend("demo", "checker"), "healthcheck"),
+    (
+        "wrong database password",
+        database_url_problems,
+        _set_env(
+            "checker",
+            "OUTBOX_DATABASE_URL",
+            "postgresql+psycopg://outbox:secret@postgres:5432/outbox",
+        ),
+        "password",
+    ),
+    (
+        "database on the host",
+        database_url_problems,
+        _set_env(
+            "demo",
+            "OUTBOX_DATABASE_URL",
+            "postgresql+psycopg://outbox:outbox@localhost:55432/outbox",
+        ),
+        "host",
+    ),
+    ("no Dockerfile", build_problems, _build_from("demo", "./nowhere"), "does not exist"),
+    (
+        "three replicas",
+        single_node_kafka_problems,
+        _set_env("kafka", "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR", "3"),
+        "TRANSACTION_STATE_LOG_REPLICATION_FACTOR",
+    ),
+    (
+        "voter on the broker port",
+        single_node_kafka_problems,
+        _set_env("kafka", "KAFKA_CONTROLLER_QUORUM_VOTERS", "1@kafka:9092"),
+        "voter port",
+    ),
+    (
+        "invalid cluster id",
+        single_node_kafka_problems,
+        _set_env("kafka", "CLUSTER_ID", "my-cluster"),
+        "CLUSTER_ID",
+    ),
+    (
+        "prefix drift",
+        topic_prefix_problems,
+        _set_env("spark-sink", "OUTBOX_TOPIC_PREFIX", "other"),
+        "OUTBOX_TOPIC_PREFIX",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("check", "mutate", "mentions"),
+    [
+        pytest.param(check, mutate, mentions, id=label)
+        for label, check, mutate, mentions in BREAKAGES
+    ],
+)
+def test_checks_catch_a_broken_copy(
+    check: Callable[[Compose], list[str]],
+    mutate: Callable[[Compose], None],
+    mentions: str,
+    compose: Compose,
+) -> None:
+    broken = copy.deepcopy(compose)
+    mutate(broken)
+    problems = check(broken)
+    assert problems, "the check accepted a broken compose file"
+    assert any(mentions in problem for problem in problems), problems
+
+
+def test_dockerfile_builds_the_cli_image_as_a_non_root_user() -> None:
+    instructions = [
+        line.strip()
+        for line in DOCKERFILE.read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    assert instructions[0] == "FROM python:3.11-slim"
+    assert any(re.search(r"pip install [\"']?\.\[postgres\]", line) for line in instructions)
+    users = [line.split(None, 1)[1] for line in instructions if line.startswith("USER ")]
+    assert users, "the image would run as root"
+    assert users[-1].split(":")[0] not in {"root", "0"}
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    assert 'ENTRYPOINT ["outbox"]' in instructions
+    assert "outbox" in scripts
+
+
+def test_dockerignore_keeps_what_pip_install_needs() -> None:
+    ignored = {
+        line.strip().rstrip("/")
+        for line in (REPO / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
+    needed = {"pyproject.toml", "README.md", "outbox", "checker", "spark_sink", "migrations"}
+    assert not needed & ignored
+    assert {".git", ".venv"} <= ignored
+
+
+def test_checker_placeholder_creates_the_topics(compose: Compose) -> None:
+    """Until `outbox checker` exists the checker service runs `outbox topics create`."""
+    command = services(compose)["checker"]["command"]
+    assert command[:2] in (["topics", "create"], ["checker"])

@@ -1,0 +1,8 @@
+"""Shared fixtures: a real Kafka broker and a real PostgreSQL, from one of three sources.
+
+``OUTBOX_TEST_BOOTSTRAP`` / ``OUTBOX_TEST_DATABASE_URL`` point at existing
+servers; else testcontainers where a Docker engine answers; else local processes
+(see :mod:`outbox.dev`). A test that needs one and cannot get it fails, never skips.
+"""
+
+pytest_plugins = ["tests.fixtures.kafka", "tests.fixtures.postgres"]
