@@ -1,4 +1,50 @@
 """A Kafka-backed transactional outbox: RocketMQ's transactional messages for Python.
 
-The wire protocol shared by every component is in :mod:`outbox.protocol`.
+The producer API mirrors RocketMQ's ``TransactionMQProducer``; the wire protocol
+shared by every component is in :mod:`outbox.protocol`.
 """
+
+from outbox.errors import (
+    EndTransactionError,
+    HalfWriteError,
+    InvalidMessageError,
+    KafkaUnavailableError,
+    LateEndRefusedError,
+    ListenerMissingError,
+    MessageTooLargeError,
+    OutboxError,
+    ProducerClosedError,
+    ProducerNotStartedError,
+    ProducerStateError,
+)
+from outbox.message import (
+    EndStatus,
+    LocalTransactionState,
+    Message,
+    SendStatus,
+    TransactionSendResult,
+)
+from outbox.producer import TransactionListener, TransactionProducer
+from outbox.settings import ProducerSettings
+
+__all__ = [
+    "EndStatus",
+    "EndTransactionError",
+    "HalfWriteError",
+    "InvalidMessageError",
+    "KafkaUnavailableError",
+    "LateEndRefusedError",
+    "ListenerMissingError",
+    "LocalTransactionState",
+    "Message",
+    "MessageTooLargeError",
+    "OutboxError",
+    "ProducerClosedError",
+    "ProducerNotStartedError",
+    "ProducerSettings",
+    "ProducerStateError",
+    "SendStatus",
+    "TransactionListener",
+    "TransactionProducer",
+    "TransactionSendResult",
+]

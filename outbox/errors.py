@@ -24,3 +24,43 @@ class TopicAdminError(OutboxError):
 
 class TopicMismatchError(TopicAdminError):
     """Existing topics disagree with what the outbox needs (e.g. partition counts)."""
+
+
+class ListenerMissingError(OutboxError, TypeError):
+    """A TransactionProducer needs a listener (RocketMQ: "TransactionListener is null")."""
+
+
+class InvalidMessageError(OutboxError, ValueError):
+    """The message cannot be sent as given; nothing was written."""
+
+
+class MessageTooLargeError(InvalidMessageError):
+    """The message is larger than the topic (or broker) accepts."""
+
+
+class ProducerStateError(OutboxError):
+    """The producer is not in a state to do that."""
+
+
+class ProducerNotStartedError(ProducerStateError):
+    """``start()`` has not been called (or did not succeed)."""
+
+
+class ProducerClosedError(ProducerStateError):
+    """``shutdown()`` has been called."""
+
+
+class HalfWriteError(OutboxError):
+    """The half record was not acknowledged; the local transaction did not run."""
+
+
+class EndTransactionError(OutboxError):
+    """Writing the end of a transaction (real record and/or op) failed; the checker will ask."""
+
+
+class LateEndRefusedError(EndTransactionError):
+    """Too late to end the transaction directly: it is left to the check-back.
+
+    RocketMQ 5.1.1 refuses a producer's own end that arrives after
+    max(immunity, transaction timeout); ending it then could race a check-back.
+    """

@@ -1,0 +1,82 @@
+"""The producer's public value types, named after RocketMQ's.
+
+``Message``, ``LocalTransactionState`` and ``TransactionSendResult`` mirror
+``org.apache.rocketmq.common.message.Message``, ``LocalTransactionState`` and
+``TransactionSendResult``, so a RocketMQ user finds what they expect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TypeAlias
+
+HeaderValue: TypeAlias = bytes | str | None
+HeadersInput: TypeAlias = Mapping[str, HeaderValue] | Iterable[tuple[str, HeaderValue]]
+
+
+class LocalTransactionState(Enum):
+    """What the local transaction (or a check of it) concluded."""
+
+    COMMIT_MESSAGE = "COMMIT_MESSAGE"
+    ROLLBACK_MESSAGE = "ROLLBACK_MESSAGE"
+    UNKNOW = "UNKNOW"
+    # RocketMQ spells it UNKNOW; the correct spelling is accepted too.
+    UNKNOWN = "UNKNOW"
+
+
+class SendStatus(Enum):
+    """Whether the half record was stored (RocketMQ's ``SendStatus``)."""
+
+    SEND_OK = "SEND_OK"
+
+
+class EndStatus(Enum):
+    """What happened to the end step (commit or rollback) of a transaction."""
+
+    COMMITTED = "COMMITTED"
+    ROLLED_BACK = "ROLLED_BACK"
+    LEFT_UNKNOWN = "LEFT_UNKNOWN"
+    """The local transaction said UNKNOW: nothing was written, the checker will ask."""
+    REFUSED_LATE = "REFUSED_LATE"
+    """Too late to end it ourselves (RocketMQ 5.1.1's rule): left to the check-back."""
+    FAILED = "FAILED"
+    """Writing the end failed; the error is on the result and the checker will ask."""
+
+
+@dataclass(frozen=True)
+class Message:
+    """A record to publish on ``topic`` once its local transaction commits.
+
+    ``transaction_id`` may be set by the caller (an idempotency key of its own);
+    otherwise the producer assigns one, and the message handed to the listener
+    carries it. ``check_times`` and ``born_ms`` are filled in on messages the
+    listener receives for a check.
+    """
+
+    topic: str
+    value: bytes | str
+    key: bytes | str | None = None
+    headers: HeadersInput = ()
+    partition: int | None = None
+    check_immunity_seconds: int | None = None
+    transaction_id: str | None = None
+    check_times: int = 0
+    born_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class TransactionSendResult:
+    """The outcome of :meth:`TransactionProducer.send_message_in_transaction`."""
+
+    send_status: SendStatus
+    transaction_id: str
+    half_partition: int
+    half_offset: int
+    local_transaction_state: LocalTransactionState
+    end_status: EndStatus
+    local_transaction_error: BaseException | None = field(default=None, repr=False)
+    """What the local transaction raised, if it raised (the state is then UNKNOW)."""
+    end_error: BaseException | None = field(default=None, repr=False)
+    """Why the end step failed or was refused, if it did."""

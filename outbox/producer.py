@@ -1,0 +1,429 @@
+"""``TransactionProducer``: RocketMQ's ``TransactionMQProducer``, on Kafka.
+
+The send flow is RocketMQ's (``DefaultMQProducerImpl#sendMessageInTransaction``):
+write the half and wait for its acknowledgement; run the local transaction;
+end it. The end differs in one way that matters: a commit writes the restored
+real record and the op record in one Kafka transaction (shared with other
+threads' ends by :mod:`outbox.group_commit`), so a ``read_committed`` reader
+never sees an event whose outcome is not recorded, nor the reverse.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import Executor, ThreadPoolExecutor
+from types import TracebackType
+from typing import Any, Protocol, Self
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+
+from outbox import metrics
+from outbox.admin import TopicSpec, ensure_topics, read_topic_states
+from outbox.check_responder import CheckResponder
+from outbox.errors import (
+    EndTransactionError,
+    InvalidMessageError,
+    KafkaUnavailableError,
+    LateEndRefusedError,
+    ListenerMissingError,
+    ProducerClosedError,
+    ProducerNotStartedError,
+    TopicAdminError,
+    TopicMismatchError,
+)
+from outbox.group_commit import GroupCommitter
+from outbox.half_writer import HalfWriter
+from outbox.message import (
+    EndStatus,
+    LocalTransactionState,
+    Message,
+    SendStatus,
+    TransactionSendResult,
+)
+from outbox.protocol import (
+    CheckRequest,
+    HalfRecord,
+    OpRecord,
+    OutgoingRecord,
+    Resolution,
+    half_partition_for,
+    new_transaction_id,
+    validate_producer_group,
+)
+from outbox.settings import ProducerSettings
+from outbox.topic_catalog import TopicCatalog
+from outbox.validation import build_half, check_size
+
+log = logging.getLogger(__name__)
+
+
+class TransactionListener(Protocol):
+    """The application's side of a transaction (RocketMQ's ``TransactionListener``)."""
+
+    def execute_local_transaction(self, message: Message, arg: Any) -> LocalTransactionState:
+        """Run the local transaction of ``message``; say whether it committed."""
+        ...
+
+    def check_local_transaction(self, message: Message) -> LocalTransactionState:
+        """Say whether the local transaction of ``message`` committed (check-back)."""
+        ...
+
+
+_RESOLUTIONS = {
+    LocalTransactionState.COMMIT_MESSAGE: Resolution.COMMIT,
+    LocalTransactionState.ROLLBACK_MESSAGE: Resolution.ROLLBACK,
+}
+
+
+class TransactionProducer:
+    """Sends messages whose publication is tied to a local transaction.
+
+    Thread-safe: any number of threads may call :meth:`send_message_in_transaction`.
+    """
+
+    def __init__(
+        self,
+        group: str,
+        listener: TransactionListener,
+        config: ProducerSettings | None = None,
+        check_executor: Executor | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        validate_producer_group(group)
+        _require_listener(listener)
+        self.group = group
+        self.listener = listener
+        self.config = config if config is not None else ProducerSettings()  # type: ignore[call-arg]
+        self.topics = self.config.topics
+        self._clock = clock
+        self._own_executor = check_executor is None
+        self._check_executor = check_executor or ThreadPoolExecutor(
+            self.config.check_threads, thread_name_prefix=f"outbox-check-{group}"
+        )
+        self._state_lock = threading.Condition()
+        self._started = False
+        self._closed = False
+        self._in_flight = 0
+        self._half_partitions = 0
+        self._half_limit_bytes = 0
+        self._catalog: TopicCatalog | None = None
+        self._half_writer: HalfWriter | None = None
+        self._committer: GroupCommitter | None = None
+        self._responder: CheckResponder | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> Self:
+        """Connect, check the outbox topics, and start answering check requests."""
+        with self._state_lock:
+            if self._closed:
+                raise ProducerClosedError("this producer was shut down; create a new one")
+            if self._started:
+                return self
+        timeout = self.config.start_timeout_seconds
+        client_config = self.config.client_config()
+        admin = AdminClient(client_config)
+        self._inspect_topics(admin, timeout)
+        self._catalog = TopicCatalog(admin, timeout)
+        try:
+            self._half_writer = HalfWriter(client_config)
+            self._committer = GroupCommitter(
+                client_config,
+                self._transactional_id(),
+                max_batch=self.config.group_commit_max_batch,
+                max_wait_seconds=self.config.group_commit_max_wait_ms / 1000,
+                transaction_timeout_ms=self.config.kafka_transaction_timeout_ms,
+                operation_timeout=max(timeout, self.config.send_timeout_seconds),
+            )
+            self._committer.start()
+            self._responder = CheckResponder(
+                client_config,
+                topic=self.topics.check(self.group),
+                consumer_group=self.topics.check(self.group),
+                producer_group=self.group,
+                answer=self._answer_check,
+                executor=self._check_executor,
+                capacity=self.config.check_threads + self.config.check_queue_size,
+                ttl_ms=self.config.check_request_ttl_seconds * 1000,
+                now_ms=self._now_ms,
+            )
+            self._responder.start()
+        except KafkaException as exc:
+            self._close_parts(timeout)
+            raise KafkaUnavailableError(f"could not start the producer: {exc}") from None
+        except BaseException:
+            self._close_parts(timeout)
+            raise
+        with self._state_lock:
+            self._started = True
+        log.info("transaction producer started group=%s", self.group)
+        return self
+
+    def _inspect_topics(self, admin: AdminClient, timeout: float) -> None:
+        try:
+            admin.list_topics(timeout=timeout)
+        except KafkaException as exc:
+            raise KafkaUnavailableError(
+                f"cannot reach Kafka at {self.config.bootstrap_servers} within {timeout:g}s: "
+                f"{exc.args[0]}"
+            ) from None
+        half, op = self.topics.half, self.topics.op
+        states = read_topic_states(admin, [half, op], timeout=timeout)
+        missing = [name for name, state in states.items() if not state.exists]
+        if missing:
+            raise TopicAdminError(
+                f"outbox topic(s) {', '.join(missing)} do not exist: run "
+                f"`outbox topics create --prefix {self.topics.prefix} --partitions N` first"
+            )
+        if states[half].partitions != states[op].partitions:
+            raise TopicMismatchError(
+                f"{half} has {states[half].partitions} partitions but {op} has "
+                f"{states[op].partitions}; they must match"
+            )
+        self._half_partitions = states[half].partitions
+        check = TopicSpec(self.topics.check(self.group), self._half_partitions, 1)
+        ensure_topics(admin, [check], timeout=timeout)
+        self._half_limit_bytes = TopicCatalog(admin, timeout).get(half).max_message_bytes
+
+    def _transactional_id(self) -> str:
+        instance = self.config.instance_id or (
+            f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        )
+        return f"{self.topics.prefix}.{self.group}.{instance}"
+
+    def shutdown(self, timeout: float = 30.0) -> None:
+        """Refuse new sends, finish the ends under way, then close. Idempotent."""
+        with self._state_lock:
+            if self._closed:
+                return
+            self._closed = True
+            deadline = time.monotonic() + timeout
+            while self._in_flight and time.monotonic() < deadline:
+                self._state_lock.wait(deadline - time.monotonic())
+            if self._in_flight:
+                log.warning("%d sends still running at shutdown", self._in_flight)
+        self._close_parts(timeout)
+        log.info("transaction producer shut down group=%s", self.group)
+
+    def _close_parts(self, timeout: float) -> None:
+        if self._responder is not None:
+            self._responder.stop(timeout)
+        if self._own_executor:
+            self._check_executor.shutdown(wait=True)
+        if self._committer is not None:
+            self._committer.close(timeout)
+        if self._half_writer is not None:
+            self._half_writer.close(timeout)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.shutdown()
+
+    # ------------------------------------------------------------------ sending
+
+    def send_message_in_transaction(
+        self, message: Message, arg: Any = None
+    ) -> TransactionSendResult:
+        """Write the half, run the local transaction, end it; see the module docs.
+
+        Raises on bad input, a producer not started or shut down, or a half
+        that was not stored (the local transaction then never runs). A failed
+        end is reported on the result, not raised: the checker will finish it.
+        """
+        _require_listener(self.listener)
+        with self._state_lock:
+            if self._closed:
+                raise ProducerClosedError("this producer was shut down; no message was sent")
+            if not self._started:
+                raise ProducerNotStartedError("call start() before sending; no message was sent")
+            self._in_flight += 1
+        try:
+            return self._send(message, arg)
+        finally:
+            with self._state_lock:
+                self._in_flight -= 1
+                self._state_lock.notify_all()
+
+    def _send(self, message: Message, arg: Any) -> TransactionSendResult:
+        assert self._catalog is not None and self._half_writer is not None
+        transaction_id = getattr(message, "transaction_id", None) or new_transaction_id()
+        half = build_half(
+            message,
+            group=self.group,
+            topics=self.topics,
+            transaction_id=transaction_id,
+            born_ms=self._now_ms(),
+        )
+        real = self._catalog.get(half.real_topic)
+        if half.real_partition is not None and half.real_partition >= real.partitions:
+            raise InvalidMessageError(
+                f"message partition {half.real_partition} does not exist: topic "
+                f"{half.real_topic!r} has {real.partitions} partitions"
+            )
+        check_size(half, min(real.max_message_bytes, self._half_limit_bytes))
+        half_partition = half_partition_for(half.key, transaction_id, self._half_partitions)
+        record = half.to_record(self.topics, half_partition)
+        _, half_offset = self._half_writer.write(record, self.config.send_timeout_seconds)
+        metrics.HALVES_WRITTEN.labels(self.group).inc()
+        log.debug("half written transaction_id=%s offset=%d", transaction_id, half_offset)
+
+        state, local_error = self._run_local_transaction(message, half, arg)
+        end_status, end_error = self._end(half, half_partition, half_offset, state, origin="send")
+        return TransactionSendResult(
+            send_status=SendStatus.SEND_OK,
+            transaction_id=transaction_id,
+            half_partition=half_partition,
+            half_offset=half_offset,
+            local_transaction_state=state,
+            end_status=end_status,
+            local_transaction_error=local_error,
+            end_error=end_error,
+        )
+
+    def _run_local_transaction(
+        self, message: Message, half: HalfRecord, arg: Any
+    ) -> tuple[LocalTransactionState, BaseException | None]:
+        stamped = dataclasses.replace(
+            message, transaction_id=half.transaction_id, born_ms=half.born_ms
+        )
+        try:
+            answer = self.listener.execute_local_transaction(stamped, arg)
+        except Exception as exc:
+            log.warning(
+                "local transaction raised; state UNKNOW transaction_id=%s error=%r",
+                half.transaction_id,
+                exc,
+            )
+            return LocalTransactionState.UNKNOW, exc
+        return _as_state(answer, half.transaction_id, "execute_local_transaction"), None
+
+    # ------------------------------------------------------------------ ending
+
+    def _end(
+        self,
+        half: HalfRecord,
+        half_partition: int,
+        half_offset: int,
+        state: LocalTransactionState,
+        *,
+        origin: str,
+    ) -> tuple[EndStatus, BaseException | None]:
+        """Write the outcome of ``half`` (the copy at ``half_offset``), if it has one."""
+        assert self._committer is not None
+        resolution = _RESOLUTIONS.get(state)
+        if resolution is None:
+            metrics.UNKNOWNS.labels(self.group, origin).inc()
+            log.info("transaction left unknown transaction_id=%s", half.transaction_id)
+            return EndStatus.LEFT_UNKNOWN, None
+        start_before = None
+        if origin == "send":
+            remaining = self._seconds_left_to_end(half)
+            if remaining <= 0:
+                error = LateEndRefusedError(
+                    f"local transaction ended {-remaining:.1f}s past the direct-end window; "
+                    "left to the check-back"
+                )
+                metrics.END_FAILURES.labels(self.group, "late").inc()
+                log.warning("late end refused transaction_id=%s", half.transaction_id)
+                return EndStatus.REFUSED_LATE, error
+            start_before = time.monotonic() + remaining
+        op = OpRecord(
+            half.transaction_id, self.group, half_partition, half_offset, resolution, self._now_ms()
+        )
+        records: list[OutgoingRecord] = [op.to_record(self.topics)]
+        if resolution is Resolution.COMMIT:
+            records.insert(0, half.to_real_record())
+        started = time.monotonic()
+        try:
+            request = self._committer.submit(records, start_before)
+            if not request.done.wait(self.config.send_timeout_seconds):
+                raise EndTransactionError(
+                    f"end not confirmed within {self.config.send_timeout_seconds:g}s"
+                )
+            if request.error is not None:
+                raise request.error
+        except (EndTransactionError, ProducerClosedError) as exc:
+            reason = "late" if isinstance(exc, LateEndRefusedError) else "failed"
+            metrics.END_FAILURES.labels(self.group, reason).inc()
+            log.error("end failed transaction_id=%s error=%s", half.transaction_id, exc)
+            status = EndStatus.REFUSED_LATE if reason == "late" else EndStatus.FAILED
+            return status, exc
+        metrics.END_LATENCY.labels(self.group).observe(time.monotonic() - started)
+        if resolution is Resolution.COMMIT:
+            metrics.COMMITS.labels(self.group, origin).inc()
+            return EndStatus.COMMITTED, None
+        metrics.ROLLBACKS.labels(self.group, origin).inc()
+        return EndStatus.ROLLED_BACK, None
+
+    def _seconds_left_to_end(self, half: HalfRecord) -> float:
+        """Time left before RocketMQ 5.1.1 would refuse this producer's own end."""
+        window = max(float(half.immunity_seconds or 0), self.config.transaction_timeout_seconds)
+        age = self._clock() - half.born_ms / 1000
+        return window - self.config.late_end_margin_seconds - age
+
+    def _answer_check(self, request: CheckRequest) -> None:
+        """Run on the check executor: ask the listener, end against the named copy."""
+        half = request.half
+        message = Message(
+            topic=half.real_topic,
+            value=half.value if half.value is not None else b"",
+            key=half.key,
+            headers=list(half.user_headers),
+            partition=half.real_partition,
+            check_immunity_seconds=half.immunity_seconds,
+            transaction_id=half.transaction_id,
+            check_times=half.check_times,
+            born_ms=half.born_ms,
+        )
+        try:
+            answer = self.listener.check_local_transaction(message)
+            state = _as_state(answer, half.transaction_id, "check_local_transaction")
+        except Exception:
+            log.exception(
+                "check_local_transaction raised; answering UNKNOW transaction_id=%s",
+                half.transaction_id,
+            )
+            state = LocalTransactionState.UNKNOW
+        metrics.CHECKS_ANSWERED.labels(self.group, state.value).inc()
+        log.info("check answered transaction_id=%s state=%s", half.transaction_id, state.value)
+        self._end(half, request.half_partition, request.half_offset, state, origin="check")
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+
+def _require_listener(listener: object) -> None:
+    for method in ("execute_local_transaction", "check_local_transaction"):
+        if not callable(getattr(listener, method, None)):
+            raise ListenerMissingError(
+                f"a TransactionListener with {method}() is required, got {listener!r}"
+            )
+
+
+def _as_state(answer: object, transaction_id: str, method: str) -> LocalTransactionState:
+    if isinstance(answer, LocalTransactionState):
+        return answer
+    if answer is not None:
+        log.warning(
+            "%s returned %r, not a LocalTransactionState; treating as UNKNOW transaction_id=%s",
+            method,
+            answer,
+            transaction_id,
+        )
+    return LocalTransactionState.UNKNOW

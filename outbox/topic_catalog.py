@@ -1,0 +1,60 @@
+"""What the producer must know about topics before it writes: existence, size limits.
+
+Looked up once per topic and cached, so validation costs a dictionary lookup
+on the hot path.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, ConfigResource
+
+from outbox.errors import InvalidMessageError, KafkaUnavailableError
+
+_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
+
+
+@dataclass(frozen=True)
+class TopicFacts:
+    name: str
+    partitions: int
+    max_message_bytes: int
+
+
+class TopicCatalog:
+    def __init__(self, admin: AdminClient, timeout: float) -> None:
+        self._admin = admin
+        self._timeout = timeout
+        self._facts: dict[str, TopicFacts] = {}
+        self._lock = threading.Lock()
+
+    def get(self, topic: str) -> TopicFacts:
+        """Facts of ``topic``; :class:`InvalidMessageError` if it does not exist."""
+        facts = self._facts.get(topic)
+        if facts is None:
+            with self._lock:
+                facts = self._facts.get(topic) or self._look_up(topic)
+                self._facts[topic] = facts
+        return facts
+
+    def _look_up(self, topic: str) -> TopicFacts:
+        try:
+            metadata = self._admin.list_topics(topic, timeout=self._timeout)
+        except KafkaException as exc:
+            raise KafkaUnavailableError(f"cannot look up topic {topic!r}: {exc}") from None
+        described = metadata.topics.get(topic)
+        if described is None or not described.partitions:
+            raise InvalidMessageError(
+                f"topic {topic!r} does not exist on the cluster; create it first"
+            )
+        limit = _DEFAULT_MAX_MESSAGE_BYTES
+        try:
+            resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+            entries = self._admin.describe_configs([resource])[resource].result(self._timeout)
+            limit = int(entries["max.message.bytes"].value)
+        except (KafkaException, KeyError, ValueError):
+            pass  # the broker default is a fair stand-in when configs cannot be read
+        return TopicFacts(topic, len(described.partitions), limit)
