@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from concurrent.futures import Executor
+from concurrent.futures import Executor, wait
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -76,8 +76,7 @@ class CheckResponder:
         self._thread.join(timeout)
         with self._lock:
             pending = list(self._in_flight)
-        for future in pending:
-            future.result(timeout)
+        wait(pending, timeout)
         try:
             self._consumer.commit(asynchronous=False)
         except KafkaException as exc:

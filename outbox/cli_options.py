@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 
-from outbox.config import BOOTSTRAP_ENV, KafkaSettings, parse_properties
+from outbox.config import BOOTSTRAP_ENV, KafkaSettings, parse_properties, settings_error
 from outbox.errors import ConfigurationError
 from outbox.protocol import DEFAULT_PREFIX
 
@@ -58,7 +58,4 @@ def kafka_settings(
         # Without -X flags, KafkaSettings reads OUTBOX_KAFKA_PROPERTIES itself.
         return KafkaSettings(bootstrap_servers=bootstrap, topic_prefix=prefix, **explicit)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
-        )
-        raise ConfigurationError(problems) from None
+        raise settings_error(exc) from None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from outbox.errors import ConfigurationError
@@ -71,3 +71,12 @@ def parse_properties(pairs: list[str]) -> dict[str, str]:
             raise ConfigurationError(f"Kafka property {pair!r} is not KEY=VALUE")
         properties[key.strip()] = value
     return properties
+
+
+def settings_error(exc: ValidationError) -> ConfigurationError:
+    """One readable line per invalid field, naming its ``OUTBOX_*`` variable."""
+    problems = []
+    for error in exc.errors():
+        field = ".".join(str(part) for part in error["loc"])
+        problems.append(f"{field} (OUTBOX_{field.upper()}): {error['msg']}")
+    return ConfigurationError("invalid settings: " + "; ".join(problems))

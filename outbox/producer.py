@@ -24,10 +24,12 @@ from typing import Any, Protocol, Self
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
+from pydantic import ValidationError
 
 from outbox import metrics
 from outbox.admin import TopicSpec, ensure_topics, read_topic_states
 from outbox.check_responder import CheckResponder
+from outbox.config import settings_error
 from outbox.errors import (
     EndTransactionError,
     InvalidMessageError,
@@ -102,7 +104,7 @@ class TransactionProducer:
         _require_listener(listener)
         self.group = group
         self.listener = listener
-        self.config = config if config is not None else ProducerSettings()  # type: ignore[call-arg]
+        self.config = config if config is not None else _settings_from_env()
         self.topics = self.config.topics
         self._clock = clock
         self._own_executor = check_executor is None
@@ -406,6 +408,13 @@ class TransactionProducer:
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
+
+
+def _settings_from_env() -> ProducerSettings:
+    try:
+        return ProducerSettings()  # type: ignore[call-arg]
+    except ValidationError as exc:
+        raise settings_error(exc) from None
 
 
 def _require_listener(listener: object) -> None:

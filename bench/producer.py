@@ -1,0 +1,674 @@
+"""``make bench-producer``: what a transactional send costs next to a plain one.
+
+Both modes send values of ``--value-bytes`` from N threads, each sending
+synchronously (send, then wait for its own acknowledgement), because that is
+what RocketMQ's sync ``send`` and ``sendMessageInTransaction`` do and what a
+service thread handling a request experiences:
+
+* **plain**: one shared idempotent ``acks=all`` confluent-kafka producer with a
+  poll thread serving the delivery reports, configured like
+  :mod:`outbox.half_writer` (``linger.ms=1``), so the comparison measures the
+  outbox's extra work and not a different client setup;
+* **outbox**: one shared :class:`~outbox.producer.TransactionProducer` whose
+  local transaction commits at once.
+
+A transactional message writes three records (half, real, op), so an
+outbox/plain throughput ratio of 1/3 is what write amplification alone allows;
+the goal is to reach it at 64 senders.
+
+Each cell runs a warm-up (connections, metadata, first batches; not counted)
+and then a fixed measuring window; a send counts when it completes inside the
+window. The end latency of an outbox send is the time from the local
+transaction's answer to ``send_message_in_transaction`` returning, i.e. the
+wait for the group commit that made the real and op records visible.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import platform
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka
+from confluent_kafka import KafkaError, Producer
+from confluent_kafka import Message as KafkaMessage
+from confluent_kafka.admin import AdminClient
+from rich.console import Console
+from rich.table import Table
+
+from outbox.admin import TopicSpec, ensure_topics, plan_topics
+from outbox.console import make_console
+from outbox.dev.kafka import KAFKA_VERSION, LocalKafka, ensure_kafka_jars
+from outbox.message import EndStatus, LocalTransactionState, Message
+from outbox.producer import TransactionProducer
+from outbox.protocol import TopicNames
+from outbox.reading import read_topic
+from outbox.settings import ProducerSettings
+
+PREFIX = "bench"
+GROUP = "bench-producer"
+REAL_TOPIC = "bench.events"
+# Plain sends get a topic of their own, so the records on bench.events are
+# exactly the outbox's commits and can be counted to verify them.
+PLAIN_TOPIC = "bench.plain"
+RESULTS_PATH = Path(__file__).resolve().parent / "results" / "producer.json"
+SEND_TIMEOUT_SECONDS = 30.0
+
+SendFn = Callable[[int, int], float | None]
+"""Send message ``seq`` of sender ``index``; return when its local transaction answered."""
+
+
+# --------------------------------------------------------------------------- senders
+
+
+class _Delivery:
+    """One send's delivery report; the same shape as ``outbox.half_writer``'s."""
+
+    __slots__ = ("done", "error", "offset", "partition")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.error: KafkaError | None = None
+        self.partition = -1
+        self.offset = -1
+
+    def __call__(self, error: KafkaError | None, message: KafkaMessage) -> None:
+        self.error = error
+        if error is None:
+            self.partition = message.partition() or 0
+            self.offset = message.offset() or 0
+        self.done.set()
+
+
+class PlainSender:
+    """Plain sync sends through one shared producer, set up like the half writer.
+
+    The half writer is the outbox's own first step, so any gap between the two
+    modes is the outbox's extra work, not a differently tuned client.
+    """
+
+    def __init__(self, bootstrap: str, topic: str, value: bytes) -> None:
+        self.topic = topic
+        self.value = value
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 1,
+            }
+        )
+        self._closed = threading.Event()
+        self._poller = threading.Thread(target=self._serve_reports, name="bench-plain-acks")
+        self._poller.daemon = True
+        self._poller.start()
+
+    def _serve_reports(self) -> None:
+        while not self._closed.is_set():
+            self.producer.poll(0.05)
+
+    def send(self, index: int, seq: int) -> float | None:
+        delivery = _Delivery()
+        key = f"{index}:{seq}".encode()
+        while True:
+            try:
+                self.producer.produce(self.topic, self.value, key, on_delivery=delivery)
+                break
+            except BufferError:
+                time.sleep(0.005)
+        if not delivery.done.wait(SEND_TIMEOUT_SECONDS):
+            raise TimeoutError(f"no delivery report within {SEND_TIMEOUT_SECONDS:g}s")
+        if delivery.error is not None:
+            raise RuntimeError(f"plain send failed: {delivery.error}")
+        return None
+
+    def close(self) -> None:
+        self._closed.set()
+        self._poller.join(10)
+        self.producer.flush(10)
+
+
+class CommitAtOnce:
+    """A local transaction with no work: commits, and notes when it answered.
+
+    The timestamp is per thread because each sender thread runs its own local
+    transaction inside ``send_message_in_transaction``.
+    """
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def execute_local_transaction(self, message: Message, arg: Any) -> LocalTransactionState:
+        self._local.answered = time.perf_counter()
+        return LocalTransactionState.COMMIT_MESSAGE
+
+    def check_local_transaction(self, message: Message) -> LocalTransactionState:
+        return LocalTransactionState.COMMIT_MESSAGE
+
+    def answered_at(self) -> float:
+        return float(self._local.answered)
+
+
+class OutboxSender:
+    """Transactional sends through one shared :class:`TransactionProducer`."""
+
+    def __init__(self, settings: ProducerSettings, value: bytes, senders: int) -> None:
+        self.value = value
+        self.listener = CommitAtOnce()
+        self.producer = TransactionProducer(GROUP, self.listener, settings).start()
+        # One counter per sender thread: no lock on the hot path.
+        self.committed = [0] * senders
+        self.not_committed: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def send(self, index: int, seq: int) -> float | None:
+        message = Message(topic=REAL_TOPIC, value=self.value, key=f"{index}:{seq}".encode())
+        result = self.producer.send_message_in_transaction(message)
+        answered = self.listener.answered_at()
+        if result.end_status is EndStatus.COMMITTED:
+            self.committed[index] += 1
+        else:
+            with self._lock:
+                status = result.end_status.value
+                self.not_committed[status] = self.not_committed.get(status, 0) + 1
+        return answered
+
+    def close(self) -> None:
+        self.producer.shutdown()
+
+
+# --------------------------------------------------------------------------- running a cell
+
+
+@dataclass
+class CellResult:
+    """One (mode, senders) measurement, as printed and written to the JSON."""
+
+    mode: str
+    senders: int
+    window_seconds: float
+    messages: int
+    msgs_per_s: float
+    send_p50_ms: float | None
+    send_p99_ms: float | None
+    end_p50_ms: float | None = None
+    end_p99_ms: float | None = None
+    half_p50_ms: float | None = None
+    half_p99_ms: float | None = None
+    attempts: int = 0
+    errors: int = 0
+    first_error: str | None = None
+    committed: int | None = None
+    not_committed: dict[str, int] = field(default_factory=dict)
+    client_cpu_pct: float | None = None
+    broker_cpu_pct: float | None = None
+
+
+@dataclass
+class _Run:
+    samples: list[tuple[float, float, float | None]]
+    """(completed at, send seconds, local transaction answered at) per send."""
+    window_start: float
+    window_end: float
+    attempts: int
+    errors: list[BaseException]
+    client_cpu_pct: float | None
+    broker_cpu_pct: float | None
+
+
+def _process_cpu_seconds(pid: int | None) -> float | None:
+    """User+system CPU seconds of ``pid`` (or this process), from /proc on Linux."""
+    if pid is None:
+        times = os.times()
+        return times.user + times.system
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    # utime and stime are fields 14 and 15 of stat; 12 and 13 after the ")".
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_cell(
+    send: SendFn, senders: int, warmup: float, seconds: float, broker_pid: int | None
+) -> _Run:
+    """Run ``senders`` threads calling ``send`` back to back; time the measuring window."""
+    stop = threading.Event()
+    start = threading.Barrier(senders + 1)
+    samples: list[list[tuple[float, float, float | None]]] = [[] for _ in range(senders)]
+    attempts = [0] * senders
+    errors: list[list[BaseException]] = [[] for _ in range(senders)]
+
+    def loop(index: int) -> None:
+        mine = samples[index]
+        start.wait()
+        seq = 0
+        while not stop.is_set():
+            begun = time.perf_counter()
+            attempts[index] += 1
+            seq += 1
+            try:
+                answered = send(index, seq)
+            except Exception as exc:
+                errors[index].append(exc)
+                time.sleep(0.01)  # do not spin on a broken broker
+                continue
+            done = time.perf_counter()
+            mine.append((done, done - begun, answered))
+
+    threads = [
+        threading.Thread(target=loop, args=(i,), name=f"bench-sender-{i}", daemon=True)
+        for i in range(senders)
+    ]
+    for thread in threads:
+        thread.start()
+    start.wait()
+    window_start = time.perf_counter() + warmup
+    window_end = window_start + seconds
+    time.sleep(warmup)
+    wall_before = time.perf_counter()
+    client_before = _process_cpu_seconds(None)
+    broker_before = _process_cpu_seconds(broker_pid) if broker_pid else None
+    time.sleep(max(0.0, window_end - time.perf_counter()))
+    wall = time.perf_counter() - wall_before
+    client_after = _process_cpu_seconds(None)
+    broker_after = _process_cpu_seconds(broker_pid) if broker_pid else None
+    stop.set()
+    for thread in threads:
+        thread.join(SEND_TIMEOUT_SECONDS * 2 + 5)
+
+    def pct(before: float | None, after: float | None) -> float | None:
+        if before is None or after is None:
+            return None
+        return round(100 * (after - before) / wall, 1)
+
+    return _Run(
+        samples=[sample for mine in samples for sample in mine],
+        window_start=window_start,
+        window_end=window_end,
+        attempts=sum(attempts),
+        errors=[exc for mine in errors for exc in mine],
+        client_cpu_pct=pct(client_before, client_after),
+        broker_cpu_pct=pct(broker_before, broker_after),
+    )
+
+
+def percentile_ms(values: Sequence[float], q: float) -> float | None:
+    """Nearest-rank percentile of ``values`` (seconds), in milliseconds."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return round(ordered[rank - 1] * 1000, 3)
+
+
+def summarise(mode: str, senders: int, run: _Run, seconds: float) -> CellResult:
+    """Throughput and latencies of the sends that completed inside the window."""
+    inside = [s for s in run.samples if run.window_start <= s[0] < run.window_end]
+    sends = [s[1] for s in inside]
+    ends = [done - answered for done, _, answered in inside if answered is not None]
+    halves = [answered - (done - took) for done, took, answered in inside if answered is not None]
+    return CellResult(
+        mode=mode,
+        senders=senders,
+        window_seconds=seconds,
+        messages=len(inside),
+        msgs_per_s=round(len(inside) / seconds, 1),
+        send_p50_ms=percentile_ms(sends, 50),
+        send_p99_ms=percentile_ms(sends, 99),
+        end_p50_ms=percentile_ms(ends, 50),
+        end_p99_ms=percentile_ms(ends, 99),
+        half_p50_ms=percentile_ms(halves, 50),
+        half_p99_ms=percentile_ms(halves, 99),
+        attempts=run.attempts,
+        errors=len(run.errors),
+        first_error=repr(run.errors[0]) if run.errors else None,
+        client_cpu_pct=run.client_cpu_pct,
+        broker_cpu_pct=run.broker_cpu_pct,
+    )
+
+
+# --------------------------------------------------------------------------- the bench
+
+
+@dataclass
+class Options:
+    senders: list[int]
+    seconds: float
+    warmup: float
+    value_bytes: int
+    partitions: int
+    modes: list[str]
+    bootstrap_servers: str | None
+    verify_read: bool
+    json_path: Path
+    producer_overrides: dict[str, Any]
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _pair(p50: float | None, p99: float | None) -> str:
+    return f"{_ms(p50)} / {_ms(p99)}"
+
+
+def _cell_line(result: CellResult) -> str:
+    line = (
+        f"    {result.mode:<6} senders={result.senders:<3} {result.msgs_per_s:>9,.0f} msg/s"
+        f"  send p50/p99 {_pair(result.send_p50_ms, result.send_p99_ms)} ms"
+    )
+    if result.mode == "outbox":
+        line += (
+            f"  half {_pair(result.half_p50_ms, result.half_p99_ms)} ms"
+            f"  end {_pair(result.end_p50_ms, result.end_p99_ms)} ms"
+        )
+    cpu = f"cpu client {result.client_cpu_pct}% broker {result.broker_cpu_pct}%"
+    return line + f"  ({result.attempts:,} sends, {result.errors} errors, {cpu})"
+
+
+def _run_cells(
+    console: Console, options: Options, bootstrap: str, broker_pid: int | None
+) -> tuple[list[CellResult], bool]:
+    """Every (senders, mode) cell in turn; whether every outbox send committed."""
+    value = os.urandom(options.value_bytes)
+    settings = ProducerSettings(
+        bootstrap_servers=bootstrap, topic_prefix=PREFIX, **options.producer_overrides
+    )
+    results: list[CellResult] = []
+    all_committed = True
+    total = len(options.senders) * len(options.modes)
+    number = 0
+    for senders in options.senders:
+        for mode in options.modes:
+            number += 1
+            console.print(
+                f"[bold cyan]==>[/] [{number}/{total}] {mode} senders={senders}: "
+                f"warm-up {options.warmup:g}s, measuring {options.seconds:g}s",
+                highlight=False,
+            )
+            if mode == "plain":
+                plain = PlainSender(bootstrap, PLAIN_TOPIC, value)
+                try:
+                    run = run_cell(plain.send, senders, options.warmup, options.seconds, broker_pid)
+                finally:
+                    plain.close()
+                result = summarise(mode, senders, run, options.seconds)
+            else:
+                outbox = OutboxSender(settings, value, senders)
+                try:
+                    run = run_cell(
+                        outbox.send, senders, options.warmup, options.seconds, broker_pid
+                    )
+                finally:
+                    outbox.close()
+                result = summarise(mode, senders, run, options.seconds)
+                result.committed = sum(outbox.committed)
+                result.not_committed = dict(outbox.not_committed)
+                ok = result.committed == result.attempts and not result.errors
+                all_committed &= ok
+                verdict = "[green]ok[/]" if ok else "[red]MISMATCH[/]"
+                console.print(
+                    f"    verify: COMMITTED results {result.committed:,} of "
+                    f"{result.attempts:,} sends {verdict}",
+                    highlight=False,
+                )
+            results.append(result)
+            console.print(_cell_line(result), highlight=False)
+    return results, all_committed
+
+
+def _table(results: list[CellResult], options: Options) -> Table:
+    by_cell = {(r.mode, r.senders): r for r in results}
+    table = Table(
+        title=(
+            f"sync sends: plain vs transactional outbox ({options.value_bytes} B values, "
+            f"{options.partitions} partitions, one local broker, {options.seconds:g}s per cell)"
+        )
+    )
+    columns = (
+        "senders",
+        "plain msg/s",
+        "outbox msg/s",
+        "ratio outbox/plain",
+        "outbox end p50 ms",
+        "end p99 ms",
+        "plain send p50/p99 ms",
+        "outbox send p50/p99 ms",
+    )
+    for column in columns:
+        table.add_column(column, justify="right")
+    for senders in options.senders:
+        plain = by_cell.get(("plain", senders))
+        outbox = by_cell.get(("outbox", senders))
+        ratio = _ratio(plain, outbox)
+        table.add_row(
+            str(senders),
+            f"{plain.msgs_per_s:,.0f}" if plain else "-",
+            f"{outbox.msgs_per_s:,.0f}" if outbox else "-",
+            "-" if ratio is None else f"{ratio:.3f}",
+            _ms(outbox.end_p50_ms) if outbox else "-",
+            _ms(outbox.end_p99_ms) if outbox else "-",
+            _pair(plain.send_p50_ms, plain.send_p99_ms) if plain else "-",
+            _pair(outbox.send_p50_ms, outbox.send_p99_ms) if outbox else "-",
+        )
+    return table
+
+
+def _ratio(plain: CellResult | None, outbox: CellResult | None) -> float | None:
+    if plain is None or outbox is None or not plain.msgs_per_s:
+        return None
+    return outbox.msgs_per_s / plain.msgs_per_s
+
+
+def _count_committed_reals(bootstrap: str) -> int:
+    return len(read_topic({"bootstrap.servers": bootstrap}, REAL_TOPIC, timeout=180))
+
+
+def run(console: Console, options: Options) -> int:
+    """Start (or use) a broker, create the topics, run every cell, report and save."""
+    if options.bootstrap_servers:
+        return _run_against(console, options, options.bootstrap_servers, None)
+    console.print("[bold cyan]==>[/] resolving the Kafka broker jars", highlight=False)
+    ensure_kafka_jars()
+    console.print("[bold cyan]==>[/] starting a local Kafka broker", highlight=False)
+    with LocalKafka() as kafka:
+        console.print(
+            f"    broker up at {kafka.bootstrap_servers} in {kafka.last_start_seconds:.1f}s",
+            highlight=False,
+        )
+        return _run_against(console, options, kafka.bootstrap_servers, kafka.pid)
+
+
+def _run_against(console: Console, options: Options, bootstrap: str, broker_pid: int | None) -> int:
+    began = time.monotonic()
+    specs = [
+        *plan_topics(TopicNames(PREFIX), options.partitions, 1, (GROUP,)),
+        TopicSpec(REAL_TOPIC, options.partitions, 1),
+        TopicSpec(PLAIN_TOPIC, options.partitions, 1),
+    ]
+    created = ensure_topics(AdminClient({"bootstrap.servers": bootstrap}), specs)
+    console.print(
+        f"[bold cyan]==>[/] topics ready ({options.partitions} partitions): "
+        f"{', '.join(s.name for s in specs)}",
+        highlight=False,
+    )
+    # A topic created just now is empty, and its leader may not answer offset requests yet.
+    fresh = created[REAL_TOPIC] or not options.verify_read
+    before = 0 if fresh else _count_committed_reals(bootstrap)
+    results, all_committed = _run_cells(console, options, bootstrap, broker_pid)
+
+    read_ok: bool | None = None
+    verification: dict[str, Any] = {"committed_results_match_sends": all_committed}
+    if options.verify_read and "outbox" in options.modes:
+        expected = sum(r.committed or 0 for r in results if r.mode == "outbox")
+        console.print(f"[bold cyan]==>[/] reading {REAL_TOPIC} back", highlight=False)
+        found = _count_committed_reals(bootstrap) - before
+        read_ok = found == expected
+        verdict = "[green]ok[/]" if read_ok else "[red]MISMATCH[/]"
+        console.print(
+            f"    verify: {found:,} committed records on {REAL_TOPIC}, "
+            f"{expected:,} expected {verdict}",
+            highlight=False,
+        )
+        verification.update(real_records_expected=expected, real_records_found=found)
+    verification["real_records_match"] = read_ok
+
+    console.print(_table(results, options))
+    summary = _summary(results, options)
+    _write_json(options, bootstrap, results, verification, summary, time.monotonic() - began)
+    console.print(f"results written to {options.json_path}", highlight=False)
+    console.print(
+        f"bench-producer: ratio_at_{summary['senders']}={_fmt(summary['ratio'], '.3f')} "
+        f"outbox_msgs_per_s_at_{summary['senders']}={_fmt(summary['outbox_msgs_per_s'], '.0f')} "
+        f"plain_msgs_per_s_at_{summary['senders']}={_fmt(summary['plain_msgs_per_s'], '.0f')} "
+        f"end_p99_ms={_fmt(summary['end_p99_ms'], '.1f')}",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
+    failed = not all_committed or read_ok is False or any(r.errors for r in results)
+    return 1 if failed else 0
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "nan" if value is None else format(value, spec)
+
+
+def _summary(results: list[CellResult], options: Options) -> dict[str, Any]:
+    """The headline numbers: at 64 senders, or the most senders measured."""
+    senders = 64 if 64 in options.senders else max(options.senders)
+    plain = next((r for r in results if r.mode == "plain" and r.senders == senders), None)
+    outbox = next((r for r in results if r.mode == "outbox" and r.senders == senders), None)
+    ratio = _ratio(plain, outbox)
+    return {
+        "senders": senders,
+        "ratio": None if ratio is None else round(ratio, 4),
+        "outbox_msgs_per_s": outbox.msgs_per_s if outbox else None,
+        "plain_msgs_per_s": plain.msgs_per_s if plain else None,
+        "end_p99_ms": outbox.end_p99_ms if outbox else None,
+        "write_amplification_limit": round(1 / 3, 4),
+    }
+
+
+def _write_json(
+    options: Options,
+    bootstrap: str,
+    results: list[CellResult],
+    verification: dict[str, Any],
+    summary: dict[str, Any],
+    elapsed: float,
+) -> None:
+    document = {
+        "bench": "producer",
+        "created_unix": round(time.time(), 3),
+        "elapsed_seconds": round(elapsed, 1),
+        "config": {
+            "senders": options.senders,
+            "seconds_per_cell": options.seconds,
+            "warmup_seconds": options.warmup,
+            "value_bytes": options.value_bytes,
+            "partitions": options.partitions,
+            "modes": options.modes,
+            "producer_overrides": options.producer_overrides,
+            "local_broker": options.bootstrap_servers is None,
+            "bootstrap_servers": bootstrap,
+        },
+        "environment": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "confluent_kafka": confluent_kafka.version()[0],
+            "librdkafka": confluent_kafka.libversion()[0],
+            "kafka": KAFKA_VERSION,
+        },
+        "cells": [asdict(r) for r in results],
+        "verification": verification,
+        "summary": summary,
+    }
+    options.json_path.parent.mkdir(parents=True, exist_ok=True)
+    options.json_path.write_text(json.dumps(document, indent=2) + "\n")
+
+
+def _positive_ints(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}"
+        ) from None
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
+
+
+def _modes(text: str) -> list[str]:
+    modes = [part.strip() for part in text.split(",") if part.strip()]
+    if not modes or any(m not in ("plain", "outbox") for m in modes):
+        raise argparse.ArgumentTypeError(f"modes are plain and/or outbox, got {text!r}")
+    return modes
+
+
+def parse_args(argv: Sequence[str] | None = None) -> Options:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.producer",
+        description="Sync send throughput: plain confluent-kafka vs the transactional outbox.",
+    )
+    parser.add_argument("--senders", type=_positive_ints, default=[1, 16, 64])
+    parser.add_argument("--seconds", type=float, default=8.0, help="measuring window per cell")
+    parser.add_argument("--warmup", type=float, default=1.5, help="uncounted seconds per cell")
+    parser.add_argument("--value-bytes", type=int, default=1024)
+    parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument("--modes", type=_modes, default=["plain", "outbox"])
+    parser.add_argument(
+        "--bootstrap-servers",
+        help="use this broker instead of starting a local one (topics are created if missing)",
+    )
+    parser.add_argument(
+        "--no-verify-read",
+        dest="verify_read",
+        action="store_false",
+        help=f"skip counting the committed records on {REAL_TOPIC}",
+    )
+    parser.add_argument("--json", dest="json_path", type=Path, default=RESULTS_PATH)
+    parser.add_argument("--group-commit-max-wait-ms", type=float, help="ProducerSettings override")
+    parser.add_argument("--group-commit-max-batch", type=int, help="ProducerSettings override")
+    args = parser.parse_args(argv)
+    if args.seconds <= 0 or args.warmup < 0 or args.value_bytes < 1 or args.partitions < 1:
+        parser.error("--seconds, --value-bytes and --partitions must be positive")
+    overrides = {
+        name: getattr(args, name)
+        for name in ("group_commit_max_wait_ms", "group_commit_max_batch")
+        if getattr(args, name) is not None
+    }
+    return Options(
+        senders=args.senders,
+        seconds=args.seconds,
+        warmup=args.warmup,
+        value_bytes=args.value_bytes,
+        partitions=args.partitions,
+        modes=args.modes,
+        bootstrap_servers=args.bootstrap_servers,
+        verify_read=args.verify_read,
+        json_path=args.json_path,
+        producer_overrides=overrides,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    options = parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    sys.exit(run(make_console(), options))
+
+
+if __name__ == "__main__":
+    main()

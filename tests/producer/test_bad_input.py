@@ -1,0 +1,159 @@
+"""Every bad input to the producer: its own exception, a message naming it, nothing written."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+from confluent_kafka.admin import NewTopic
+
+from outbox import (
+    InvalidMessageError,
+    KafkaUnavailableError,
+    ListenerMissingError,
+    LocalTransactionState,
+    Message,
+    MessageTooLargeError,
+    ProducerClosedError,
+    ProducerNotStartedError,
+    ProducerSettings,
+    TransactionProducer,
+)
+from outbox.admin import TopicSpec, ensure_topics
+from outbox.errors import ConfigurationError, TopicAdminError, TopicMismatchError
+from outbox.protocol import InvalidNameError, TopicNames
+from tests.producer.conftest import OutboxTopics, ScriptedListener
+
+COMMIT = LocalTransactionState.COMMIT_MESSAGE
+
+
+@pytest.mark.parametrize("listener", [None, object(), "listener"])
+def test_no_listener(listener):
+    with pytest.raises(ListenerMissingError, match="TransactionListener"):
+        TransactionProducer("g", listener, ProducerSettings(bootstrap_servers="h:1"))
+
+
+@pytest.mark.parametrize("group", ["", "bad group", "a/b"])
+def test_bad_group_name(group):
+    with pytest.raises(InvalidNameError, match="producer group"):
+        TransactionProducer(group, ScriptedListener(), ProducerSettings(bootstrap_servers="h:1"))
+
+
+def test_settings_from_environment(monkeypatch):
+    monkeypatch.setenv("OUTBOX_BOOTSTRAP_SERVERS", "a:1,b:2")
+    monkeypatch.setenv("OUTBOX_GROUP_COMMIT_MAX_BATCH", "7")
+    monkeypatch.setenv("OUTBOX_KAFKA_PROPERTIES", '{"sasl.password": "hunter2"}')
+    producer = TransactionProducer("g", ScriptedListener())
+    assert producer.config.bootstrap_servers == "a:1,b:2"
+    assert producer.config.group_commit_max_batch == 7
+    assert producer.config.client_config()["sasl.password"] == "hunter2"
+    assert "hunter2" not in repr(producer.config)
+    assert "hunter2" not in str(producer.config)
+
+
+def test_missing_or_bad_settings_name_the_variable(monkeypatch):
+    monkeypatch.delenv("OUTBOX_BOOTSTRAP_SERVERS", raising=False)
+    with pytest.raises(ConfigurationError, match="OUTBOX_BOOTSTRAP_SERVERS"):
+        TransactionProducer("g", ScriptedListener())
+    monkeypatch.setenv("OUTBOX_BOOTSTRAP_SERVERS", "h:1")
+    monkeypatch.setenv("OUTBOX_CHECK_THREADS", "0")
+    with pytest.raises(ConfigurationError, match="OUTBOX_CHECK_THREADS"):
+        TransactionProducer("g", ScriptedListener())
+
+
+def test_send_before_start_and_after_shutdown(outbox_topics: OutboxTopics):
+    listener = ScriptedListener()
+    producer = TransactionProducer("g", listener, outbox_topics.settings())
+    message = Message(outbox_topics.real_topic, b"v")
+    with pytest.raises(ProducerNotStartedError, match="start"):
+        producer.send_message_in_transaction(message, COMMIT)
+    producer.start()
+    producer.shutdown()
+    with pytest.raises(ProducerClosedError, match="shut down"):
+        producer.send_message_in_transaction(message, COMMIT)
+    with pytest.raises(ProducerClosedError):
+        producer.start()
+    producer.shutdown()  # idempotent
+    assert listener.executed == []
+    assert outbox_topics.read(outbox_topics.names.half, "read_uncommitted") == []
+
+
+@pytest.mark.kafka
+def test_unreachable_broker_fails_start_in_bounded_time():
+    settings = ProducerSettings(bootstrap_servers="127.0.0.1:1", start_timeout_seconds=2)
+    producer = TransactionProducer("g", ScriptedListener(), settings)
+    started = time.monotonic()
+    with pytest.raises(KafkaUnavailableError, match=r"cannot reach Kafka at 127\.0\.0\.1:1"):
+        producer.start()
+    assert time.monotonic() - started < 15
+
+
+@pytest.mark.kafka
+def test_missing_outbox_topics_say_how_to_create_them(kafka_bootstrap, unique_prefix):
+    settings = ProducerSettings(bootstrap_servers=kafka_bootstrap, topic_prefix=unique_prefix)
+    with pytest.raises(TopicAdminError, match=f"outbox topics create --prefix {unique_prefix}"):
+        TransactionProducer("g", ScriptedListener(), settings).start()
+
+
+@pytest.mark.kafka
+def test_half_and_op_partition_mismatch_fails_start(kafka_bootstrap, kafka_admin, unique_prefix):
+    names = TopicNames(unique_prefix)
+    futures = kafka_admin.create_topics([NewTopic(names.half, 2, 1), NewTopic(names.op, 3, 1)])
+    for future in futures.values():
+        future.result(30)
+    settings = ProducerSettings(bootstrap_servers=kafka_bootstrap, topic_prefix=unique_prefix)
+    with pytest.raises(TopicMismatchError, match=r"2 partitions but .* has 3"):
+        TransactionProducer("g", ScriptedListener(), settings).start()
+
+
+def _invalid_messages(real: str, prefix: str) -> list[tuple[Message, str]]:
+    return [
+        (Message("", b"v"), "topic is missing"),
+        (Message(None, b"v"), "topic is missing"),  # type: ignore[arg-type]
+        (Message("bad topic", b"v"), "characters Kafka does not allow"),
+        (Message(f"{prefix}.half", b"v"), "internal outbox topic"),
+        (Message(f"{prefix}.check.orders", b"v"), "internal outbox topic"),
+        (Message(f"{prefix}-no-such-topic", b"v"), "does not exist"),
+        (Message(real, b"v", key=42), "key must be bytes or str, got int"),  # type: ignore[arg-type]
+        (Message(real, {"a": 1}), "value must be bytes or str, got dict"),  # type: ignore[arg-type]
+        (Message(real, None), "value is missing"),  # type: ignore[arg-type]
+        (Message(real, b"v", headers={"outbox-kind": b"x"}), "reserved prefix"),
+        (Message(real, b"v", headers={"Outbox-Kind": b"x"}), "reserved prefix"),
+        (Message(real, b"v", headers=[("a",)]), "not a (name, value) pair"),  # type: ignore[list-item]
+        (Message(real, b"v", headers={"a": 5}), "header 'a' must be bytes or str"),  # type: ignore[dict-item]
+        (Message(real, b"v", headers=7), "mapping or (name, value) pairs"),  # type: ignore[arg-type]
+        (Message(real, b"v", partition=-1), "partition must be an int >= 0"),
+        (Message(real, b"v", partition=99), "partition 99 does not exist"),
+        (Message(real, b"v", check_immunity_seconds=-5), "check_immunity_seconds"),
+        (Message(real, b"v", transaction_id="bad id"), "transaction id"),
+        ("not a message", "expected an outbox.Message"),  # type: ignore[list-item]
+    ]
+
+
+@pytest.mark.kafka
+def test_invalid_messages_are_refused_and_nothing_is_written(
+    producer: TransactionProducer, outbox_topics: OutboxTopics, listener: ScriptedListener
+):
+    cases = _invalid_messages(outbox_topics.real_topic, outbox_topics.names.prefix)
+    for message, problem in cases:
+        with pytest.raises(InvalidMessageError, match=re.escape(problem)):
+            producer.send_message_in_transaction(message, COMMIT)
+    assert listener.executed == []
+    for topic in (outbox_topics.names.half, outbox_topics.names.op, outbox_topics.real_topic):
+        assert outbox_topics.read(topic, "read_uncommitted") == []
+    # The producer still works after all that.
+    ok = producer.send_message_in_transaction(Message(outbox_topics.real_topic, b"v"), COMMIT)
+    assert [r.offset for r in outbox_topics.read(outbox_topics.names.half)] == [ok.half_offset]
+
+
+@pytest.mark.kafka
+def test_message_over_the_topic_limit_is_refused(
+    producer: TransactionProducer, outbox_topics: OutboxTopics, kafka_admin, listener
+):
+    small = f"{outbox_topics.names.prefix}-small"
+    ensure_topics(kafka_admin, [TopicSpec(small, 1, 1, {"max.message.bytes": "2000"})])
+    with pytest.raises(MessageTooLargeError, match="over the 2000-byte limit"):
+        producer.send_message_in_transaction(Message(small, b"x" * 5000), COMMIT)
+    assert listener.executed == []
+    assert outbox_topics.read(outbox_topics.names.half, "read_uncommitted") == []

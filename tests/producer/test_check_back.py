@@ -1,0 +1,232 @@
+"""Check requests, as the checker writes them, answered by a real producer."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from confluent_kafka import Producer
+
+from outbox import (
+    EndStatus,
+    LateEndRefusedError,
+    LocalTransactionState,
+    Message,
+    TransactionProducer,
+)
+from outbox.protocol import (
+    CheckRequest,
+    HalfRecord,
+    OpRecord,
+    OutgoingRecord,
+    RealRecord,
+    Resolution,
+)
+from tests.producer.conftest import OutboxTopics, ScriptedListener
+
+pytestmark = pytest.mark.kafka
+
+UNKNOW = LocalTransactionState.UNKNOW
+
+
+def produce(topics: OutboxTopics, *records) -> list[tuple[int, int]]:
+    """Write records as the checker would; their (partition, offset)s."""
+    positions: list[tuple[int, int]] = []
+    producer = Producer({**topics.client_config, "enable.idempotence": True})
+
+    def delivered(err, msg):
+        assert err is None, err
+        positions.append((msg.partition(), msg.offset()))
+
+    for record in records:
+        producer.produce(**record.produce_kwargs(), on_delivery=delivered)
+    assert producer.flush(30) == 0
+    return positions
+
+
+def put_back_and_ask(topics: OutboxTopics, requested_ms: int | None = None) -> CheckRequest:
+    """What one checker round does for the only pending half: copy it, then ask."""
+    (half_raw,) = topics.read(topics.names.half)
+    copy = HalfRecord.from_record(half_raw).put_back()
+    ((_, copy_offset),) = produce(topics, copy.to_record(topics.names, half_raw.partition))
+    request = CheckRequest(
+        copy, half_raw.partition, copy_offset, requested_ms or int(time.time() * 1000)
+    )
+    produce(topics, request.to_record(topics.names))
+    return request
+
+
+def wait_for(predicate, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+def ops_of(topics: OutboxTopics) -> list[OpRecord]:
+    return [OpRecord.from_record(r) for r in topics.read(topics.names.op)]
+
+
+@pytest.mark.parametrize(
+    "answer,resolution",
+    [
+        (LocalTransactionState.COMMIT_MESSAGE, Resolution.COMMIT),
+        (LocalTransactionState.ROLLBACK_MESSAGE, Resolution.ROLLBACK),
+    ],
+)
+def test_check_answer_ends_the_named_copy(
+    producer: TransactionProducer,
+    outbox_topics: OutboxTopics,
+    listener: ScriptedListener,
+    answer,
+    resolution,
+):
+    listener.check_answer = answer
+    message = Message(outbox_topics.real_topic, b"payload", key="k", headers=[("h", b"1")])
+    sent = producer.send_message_in_transaction(message, UNKNOW)
+    request = put_back_and_ask(outbox_topics)
+
+    wait_for(lambda: len(ops_of(outbox_topics)) == 1)
+    (op,) = ops_of(outbox_topics)
+    assert (op.transaction_id, op.resolution) == (sent.transaction_id, resolution)
+    assert (op.half_partition, op.half_offset) == (request.half_partition, request.half_offset)
+    assert op.half_offset != sent.half_offset  # the put-back copy, not the original
+    real = outbox_topics.read(outbox_topics.real_topic)
+    if resolution is Resolution.COMMIT:
+        (real_raw,) = real
+        record = RealRecord.from_record(real_raw)
+        assert (record.transaction_id, record.key, record.value) == (
+            sent.transaction_id,
+            b"k",
+            b"payload",
+        )
+    else:
+        assert real == []
+    # Asked exactly once, with the message reconstructed from the request.
+    (checked,) = listener.checked
+    assert (checked.topic, checked.key, checked.value) == (
+        outbox_topics.real_topic,
+        b"k",
+        b"payload",
+    )
+    assert list(checked.headers) == [("h", b"1")]
+    assert checked.transaction_id == sent.transaction_id
+    assert checked.check_times == 1
+
+
+def test_unknown_check_answer_and_listener_errors_write_nothing(producer, outbox_topics, listener):
+    listener.check_answer = RuntimeError("cannot tell")
+    producer.send_message_in_transaction(Message(outbox_topics.real_topic, b"v"), UNKNOW)
+    put_back_and_ask(outbox_topics)
+    assert listener.check_called.wait(30)
+    time.sleep(1)  # give a wrongly written end time to show up
+    assert ops_of(outbox_topics) == []
+    assert outbox_topics.read(outbox_topics.real_topic, "read_uncommitted") == []
+
+
+def test_stale_check_request_is_dropped(producer, outbox_topics, listener):
+    producer.send_message_in_transaction(Message(outbox_topics.real_topic, b"v"), UNKNOW)
+    stale_ms = int(time.time() * 1000) - 10 * 60 * 1000
+    put_back_and_ask(outbox_topics, requested_ms=stale_ms)
+    # A fresh request written after the stale one is answered: the stale one was skipped.
+    marker = Message(outbox_topics.real_topic, b"fresh", key="fresh")
+    fresh = producer.send_message_in_transaction(marker, UNKNOW)
+    fresh_raw = next(r for r in outbox_topics.read(outbox_topics.names.half) if r.key == b"fresh")
+    now = int(time.time() * 1000)
+    request = CheckRequest(
+        HalfRecord.from_record(fresh_raw), fresh.half_partition, fresh.half_offset, now
+    )
+    produce(outbox_topics, request.to_record(outbox_topics.names))
+    wait_for(lambda: len(ops_of(outbox_topics)) == 1)
+    assert [m.value for m in listener.checked] == [b"fresh"]
+
+
+def test_malformed_check_request_does_not_block_the_next(producer, outbox_topics, listener):
+    garbage = OutgoingRecord(
+        outbox_topics.names.check("orders"), b"k", b"v", [("outbox-kind", b"check")]
+    )
+    produce(outbox_topics, garbage)
+    producer.send_message_in_transaction(Message(outbox_topics.real_topic, b"v"), UNKNOW)
+    put_back_and_ask(outbox_topics)
+    wait_for(lambda: len(ops_of(outbox_topics)) == 1)
+    assert len(listener.checked) == 1
+
+
+def test_full_check_executor_loses_no_request(outbox_topics):
+    release = threading.Event()
+
+    def slow_check(message: Message) -> LocalTransactionState:
+        release.wait(30)
+        return LocalTransactionState.ROLLBACK_MESSAGE
+
+    listener = ScriptedListener(slow_check)
+    settings = outbox_topics.settings(check_threads=1, check_queue_size=1)
+    with TransactionProducer("orders", listener, settings) as producer:
+        sent = [
+            producer.send_message_in_transaction(
+                Message(outbox_topics.real_topic, f"v{i}".encode()), UNKNOW
+            )
+            for i in range(6)
+        ]
+        now = int(time.time() * 1000)
+        requests = []
+        for raw in outbox_topics.read(outbox_topics.names.half):
+            half = HalfRecord.from_record(raw)
+            requests.append(CheckRequest(half, raw.partition, raw.offset, now))
+        produce(outbox_topics, *(r.to_record(outbox_topics.names) for r in requests))
+        time.sleep(2)  # the executor (1 running + 1 queued) is full; the rest must wait
+        release.set()
+        wait_for(lambda: len(ops_of(outbox_topics)) == 6)
+    assert sorted(o.transaction_id for o in ops_of(outbox_topics)) == sorted(
+        s.transaction_id for s in sent
+    )
+    assert len(listener.checked) == 6
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_late_own_end_is_refused_and_left_to_the_check(outbox_topics):
+    clock = FakeClock()
+
+    def slow_commit(message: Message) -> LocalTransactionState:
+        clock.now += 5.5  # past the 6 s timeout minus the 1 s margin
+        return LocalTransactionState.COMMIT_MESSAGE
+
+    def quick_commit(message: Message) -> LocalTransactionState:
+        clock.now += 4.5  # still inside the window
+        return LocalTransactionState.COMMIT_MESSAGE
+
+    listener = ScriptedListener()
+    with TransactionProducer("orders", listener, outbox_topics.settings(), clock=clock) as producer:
+        result = producer.send_message_in_transaction(
+            Message(outbox_topics.real_topic, b"v"), slow_commit
+        )
+        on_time = producer.send_message_in_transaction(
+            Message(outbox_topics.real_topic, b"w"), quick_commit
+        )
+    assert result.end_status is EndStatus.REFUSED_LATE
+    assert isinstance(result.end_error, LateEndRefusedError)
+    assert on_time.end_status is EndStatus.COMMITTED
+    assert [o.transaction_id for o in ops_of(outbox_topics)] == [on_time.transaction_id]
+
+
+def test_immunity_header_widens_the_direct_end_window(outbox_topics):
+    clock = FakeClock()
+
+    def slow_commit(message: Message) -> LocalTransactionState:
+        clock.now += 30
+        return LocalTransactionState.COMMIT_MESSAGE
+
+    with TransactionProducer(
+        "orders", ScriptedListener(), outbox_topics.settings(), clock=clock
+    ) as producer:
+        message = Message(outbox_topics.real_topic, b"v", check_immunity_seconds=60)
+        result = producer.send_message_in_transaction(message, slow_commit)
+    assert result.end_status is EndStatus.COMMITTED
