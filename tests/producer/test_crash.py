@@ -119,6 +119,7 @@ class ProducerProcess:
         if self.process.poll() is None:
             self.process.kill()
             self.process.wait(EXIT_TIMEOUT)
+        self._reader.join(EXIT_TIMEOUT)
         if self.process.stdout is not None:
             self.process.stdout.close()
         self._stderr.close()
@@ -155,10 +156,11 @@ def start_producer(crash_setup: CrashSetup) -> Iterator[Callable[[str], Producer
 
 
 def _halves(setup: CrashSetup) -> dict[str, tuple[RawRecord, HalfRecord]]:
-    raws = setup.read(setup.names.half)
-    halves = {HalfRecord.from_record(raw).transaction_id: raw for raw in raws}
-    assert len(halves) == len(raws), "a transaction has more than one half"
-    return {t: (raw, HalfRecord.from_record(raw)) for t, raw in halves.items()}
+    """Every half on the half topic by transaction id; each id must appear once."""
+    decoded = [(raw, HalfRecord.from_record(raw)) for raw in setup.read(setup.names.half)]
+    halves = {half.transaction_id: (raw, half) for raw, half in decoded}
+    assert len(halves) == len(decoded), "a transaction has more than one half"
+    return halves
 
 
 def _real_ids(setup: CrashSetup, isolation: str) -> list[str]:
