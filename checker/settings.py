@@ -1,0 +1,68 @@
+"""The checker's settings: one typed object, every field a flag and an ``OUTBOX_*`` variable.
+
+Defaults are RocketMQ 5.x's (``BrokerConfig``, ``TransactionalMessageServiceImpl``).
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator
+
+from outbox.config import KafkaSettings
+
+
+class CheckerSettings(KafkaSettings):
+    """Everything the checker sidecar can be tuned with."""
+
+    transaction_timeout_seconds: float = Field(
+        6.0, gt=0, description="no check before a half is this old (transactionTimeOut)"
+    )
+    check_max: int = Field(
+        15, ge=1, description="checks sent before a half is discarded (transactionCheckMax)"
+    )
+    check_interval_seconds: float = Field(
+        30.0, gt=0, description="pause between check rounds (transactionCheckInterval)"
+    )
+    max_process_seconds: float = Field(
+        60.0, gt=0, description="time budget per half partition per round (MAX_PROCESS_TIME_LIMIT)"
+    )
+    op_read_batch: int = Field(32, ge=1, description="op records read per fill (OP_MSG_PULL_NUMS)")
+    retention_hours: float = Field(
+        72.0, gt=0, description="older halves are discarded unchecked (fileReservedTime)"
+    )
+    ended_cache_size: int = Field(
+        200_000, ge=1000, description="recently ended transaction ids kept to skip ended copies"
+    )
+    op_history_margin_seconds: float = Field(
+        300.0,
+        ge=0,
+        description="how far before the oldest pending half op history is re-read after a restart",
+    )
+    consumer_group: str | None = Field(
+        None, description="consumer group of the checker replicas; default '<prefix>.checker'"
+    )
+    http_address: str = Field(
+        "127.0.0.1:9464", description="host:port of /healthz, /readyz and /metrics ('' turns off)"
+    )
+
+    @field_validator("http_address")
+    @classmethod
+    def _host_port(cls, value: str) -> str:
+        if value and (":" not in value or not value.rsplit(":", 1)[1].isdigit()):
+            raise ValueError(f"expected host:port or '', got {value!r}")
+        return value
+
+    @property
+    def group_id(self) -> str:
+        return self.consumer_group or f"{self.topic_prefix}.checker"
+
+    @property
+    def transaction_timeout_ms(self) -> int:
+        return int(self.transaction_timeout_seconds * 1000)
+
+    @property
+    def retention_ms(self) -> int:
+        return int(self.retention_hours * 3600 * 1000)
+
+    @property
+    def max_process_ms(self) -> int:
+        return int(self.max_process_seconds * 1000)
