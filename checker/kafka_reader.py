@@ -1,0 +1,132 @@
+"""Reading half and op partitions for a round, sequentially, as committed data.
+
+One consumer per topic, moved from partition to partition with ``assign``:
+rounds handle one half partition at a time, and a fresh consumer per read
+would cost a metadata round trip each time. Reads are ``read_committed`` so a
+put-back copy or op in a Kafka transaction that has not committed (or was
+aborted, e.g. by a crash) is never acted on. Ends are detected by partition-EOF
+events, which for ``read_committed`` come at the last stable offset.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterator
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from checker.rules import HalfEntry, OpEntry
+from outbox.errors import KafkaUnavailableError
+from outbox.protocol import RawRecord
+
+_BATCH = 500
+_SLICE = 0.02
+_SHORT_LOOK = 0.1
+
+
+class TopicCursor:
+    """Sequential committed reads of one partition of one topic at a time."""
+
+    def __init__(self, client_config: dict[str, Any], topic: str, timeout: float = 30.0) -> None:
+        self._topic = topic
+        self._timeout = timeout
+        self._consumer = Consumer(
+            {
+                **client_config,
+                "group.id": f"outbox-checker-reader-{uuid.uuid4().hex}",
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "isolation.level": "read_committed",
+                "enable.partition.eof": True,
+                "auto.offset.reset": "earliest",
+                "fetch.wait.max.ms": 50,
+            }
+        )
+        self._partition: int | None = None
+        self._next: int | None = None  # offset the buffer continues from
+        self._buffer: deque[RawRecord] = deque()
+        self._at_end = False
+
+    def close(self) -> None:
+        self._consumer.close()
+
+    def _seek(self, partition: int, offset: int) -> None:
+        if self._partition == partition and self._next == offset:
+            return
+        self._consumer.assign([TopicPartition(self._topic, partition, offset)])
+        self._partition, self._next = partition, offset
+        self._buffer.clear()
+        self._at_end = False
+
+    def read(self, partition: int, start: int, limit: int) -> list[RawRecord]:
+        """Up to ``limit`` records from ``start``; fewer (maybe none) at the end."""
+        self._seek(partition, start)
+        records: list[RawRecord] = []
+        while len(records) < limit:
+            if not self._buffer and not self._fetch():
+                break
+            records.append(self._buffer.popleft())
+        if records:
+            self._next = records[-1].offset + 1
+        return records
+
+    def _fetch(self) -> bool:
+        """Fill the buffer; False once the partition's committed end is reached.
+
+        Past an end-of-partition event a short look suffices (the end moves
+        while producers write); before one, silence means Kafka is not answering.
+        """
+        was_at_end, self._at_end = self._at_end, False
+        patience = _SHORT_LOOK if was_at_end else self._timeout
+        deadline = time.monotonic() + patience
+        while True:
+            # consume() waits for a full batch or its timeout, so ask in short slices.
+            try:
+                messages = self._consumer.consume(_BATCH, timeout=_SLICE)
+            except KafkaException as exc:
+                raise KafkaUnavailableError(f"reading {self._topic}: {exc}") from None
+            for message in messages:
+                error = message.error()
+                if error is None:
+                    self._buffer.append(RawRecord.from_kafka(message))
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    self._at_end = True
+                else:
+                    raise KafkaUnavailableError(f"reading {self._topic}: {error}")
+            if self._buffer:
+                return True
+            if self._at_end:
+                return False
+            if time.monotonic() >= deadline:
+                break
+        if was_at_end:
+            self._at_end = True
+            return False
+        raise KafkaUnavailableError(
+            f"reading {self._topic}[{self._partition}] returned nothing in {patience:g}s"
+        )
+
+
+class KafkaPartitionReader:
+    """The :class:`checker.rules.PartitionReader` of half partition p and op partition p."""
+
+    def __init__(self, halves: TopicCursor, ops: TopicCursor, partition: int) -> None:
+        self._halves = halves
+        self._ops = ops
+        self._partition = partition
+
+    def ops(self, start: int, limit: int) -> list[OpEntry]:
+        return [OpEntry.of(raw) for raw in self._ops.read(self._partition, start, limit)]
+
+    def halves(self, start: int) -> Iterator[HalfEntry]:
+        offset = start
+        while True:
+            batch = self._halves.read(self._partition, offset, _BATCH)
+            if not batch:
+                return
+            for raw in batch:
+                yield HalfEntry.of(raw)
+            offset = batch[-1].offset + 1

@@ -1,0 +1,45 @@
+"""Prometheus metrics of the checker (RocketMQ's RIP-46 set, where it applies)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+from checker.rules import RoundChunk
+
+PENDING = Gauge(
+    "outbox_checker_pending_halves",
+    "Halves without an outcome left after the last round, by real topic and half partition.",
+    ["real_topic", "partition"],
+)
+OLDEST_PENDING_AGE = Gauge(
+    "outbox_checker_oldest_pending_age_seconds",
+    "Age of the oldest pending half, by half partition.",
+    ["partition"],
+)
+CHECKS_SENT = Counter("outbox_checker_checks_sent", "Check requests sent to producer groups.")
+PUT_BACKS = Counter("outbox_checker_put_backs", "Halves put back at the end of their partition.")
+DISCARDS = Counter("outbox_checker_discards", "Halves given up on, by reason.", ["reason"])
+ROUND_SECONDS = Histogram(
+    "outbox_checker_round_duration_seconds",
+    "Duration of one round over every owned partition.",
+    buckets=(0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 120),
+)
+CHECKPOINT_LAG = Gauge(
+    "outbox_checker_checkpoint_lag",
+    "Records between the half checkpoint and the end of the half partition.",
+    ["partition"],
+)
+
+_topics_by_partition: dict[int, set[str]] = {}
+
+
+def record_pending(partition: int, chunk: RoundChunk, now_ms: int) -> None:
+    """Publish the pending counts of a round's last chunk, zeroing topics now clear."""
+    label = str(partition)
+    for topic in _topics_by_partition.get(partition, set()) - set(chunk.pending_by_topic):
+        PENDING.labels(topic, label).set(0)
+    for topic, count in chunk.pending_by_topic.items():
+        PENDING.labels(topic, label).set(count)
+    _topics_by_partition[partition] = set(chunk.pending_by_topic)
+    oldest = chunk.oldest_pending_born_ms
+    OLDEST_PENDING_AGE.labels(label).set(0 if oldest is None else max(0, now_ms - oldest) / 1000)

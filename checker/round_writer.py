@@ -1,0 +1,176 @@
+"""Writing a round's decisions: copies, check requests, discards and the checkpoint, atomically.
+
+Each chunk of a round is one Kafka transaction: the put-back copies, the check
+requests naming those copies, the discard records, and the new half checkpoint
+(the committed offset of the checker's consumer group, with the op checkpoint
+in its metadata) become visible together or not at all. A crash mid-chunk
+therefore neither duplicates a copy nor skips a half, and a replica that lost
+its partition in a rebalance is fenced by the group metadata (KIP-447).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+
+from checker.rules import RoundChunk
+from outbox.protocol import CheckRequest, DiscardRecord, HalfRecord, OutgoingRecord, TopicNames
+
+log = logging.getLogger(__name__)
+
+_OP_KEY = "op="
+
+
+def encode_checkpoint(op_offset: int) -> str:
+    """Commit metadata of a half checkpoint: the op checkpoint rides along."""
+    return f"{_OP_KEY}{op_offset}"
+
+
+def decode_checkpoint(metadata: str | None) -> int | None:
+    if metadata and metadata.startswith(_OP_KEY) and metadata[len(_OP_KEY) :].isdigit():
+        return int(metadata[len(_OP_KEY) :])
+    return None
+
+
+class FencedError(Exception):
+    """Another replica owns the partition now; this round's chunk was not written."""
+
+
+@dataclass
+class ChunkResult:
+    checks_sent: int = 0
+    put_backs: int = 0
+    discards: dict[str, int] = field(default_factory=dict)
+
+
+class RoundWriter:
+    """The checker's transactional producer."""
+
+    def __init__(
+        self,
+        client_config: dict[str, Any],
+        transactional_id: str,
+        topics: TopicNames,
+        *,
+        timeout: float = 30.0,
+        transaction_timeout_ms: int = 60_000,
+    ) -> None:
+        self._topics = topics
+        self._timeout = timeout
+        self._config = {
+            **client_config,
+            "transactional.id": transactional_id,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+            "transaction.timeout.ms": transaction_timeout_ms,
+        }
+        self._producer = Producer(self._config)
+        self._producer.init_transactions(timeout)
+
+    def close(self) -> None:
+        self._producer.flush(self._timeout)
+
+    def write(
+        self,
+        chunk: RoundChunk,
+        group_metadata: Any,
+        now_ms: Callable[[], int],
+        answer: Callable[[HalfRecord, int, int], list[OutgoingRecord]] | None = None,
+    ) -> ChunkResult:
+        """Write one chunk in one Kafka transaction; raise on failure (nothing visible).
+
+        ``answer``, when given, resolves a due half itself (the checker's
+        resolve-from-database mode) and returns the records that end it, or
+        an empty list to fall back to asking the producers.
+        """
+        producer = self._producer
+        result = ChunkResult()
+        try:
+            producer.begin_transaction()
+            copies: list[tuple[HalfRecord, list[int]]] = []
+            for entry in chunk.to_check:
+                assert entry.half is not None
+                copy = entry.half.put_back()
+                offset: list[int] = []
+                producer.produce(
+                    **copy.to_record(self._topics, chunk.partition).produce_kwargs(),
+                    on_delivery=_remember_offset(offset),
+                )
+                copies.append((copy, offset))
+            for entry in chunk.to_requeue:
+                assert entry.half is not None
+                producer.produce(
+                    **entry.half.to_record(self._topics, chunk.partition).produce_kwargs()
+                )
+            for discard in chunk.to_discard:
+                record = DiscardRecord.of_half(
+                    discard.entry.raw, discard.reason, now_ms(), discard.detail
+                )
+                producer.produce(**record.to_record(self._topics).produce_kwargs())
+                result.discards[discard.reason.value] = (
+                    result.discards.get(discard.reason.value, 0) + 1
+                )
+            if copies:
+                # The check requests name the copies' offsets, known once they are acknowledged.
+                if producer.flush(self._timeout) > 0:
+                    raise KafkaException(
+                        KafkaError(KafkaError._TIMED_OUT, "put-back copies not acknowledged")
+                    )
+                requested = now_ms()
+                for copy, offset in copies:
+                    if not offset:
+                        raise KafkaException(
+                            KafkaError(KafkaError._FAIL, "a put-back copy was not stored")
+                        )
+                    ended = answer(copy, chunk.partition, offset[0]) if answer else []
+                    records = ended or [
+                        CheckRequest(copy, chunk.partition, offset[0], requested).to_record(
+                            self._topics
+                        )
+                    ]
+                    for record in records:
+                        producer.produce(**record.produce_kwargs())
+                    result.checks_sent += 0 if ended else 1
+            result.put_backs = len(copies) + len(chunk.to_requeue)
+            checkpoint = TopicPartition(
+                self._topics.half,
+                chunk.partition,
+                chunk.half_checkpoint,
+                metadata=encode_checkpoint(chunk.op_checkpoint),
+            )
+            producer.send_offsets_to_transaction([checkpoint], group_metadata, self._timeout)
+            producer.commit_transaction(self._timeout)
+            return result
+        except KafkaException as exc:
+            error: KafkaError = exc.args[0]
+            self._recover(error)
+            if error.code() in (KafkaError.FENCED_INSTANCE_ID, KafkaError._FENCED) or (
+                "fenced" in str(error).lower() or error.code() == KafkaError.ILLEGAL_GENERATION
+            ):
+                raise FencedError(str(error)) from None
+            raise
+
+    def _recover(self, error: KafkaError) -> None:
+        try:
+            if error.fatal():
+                self._producer = Producer(self._config)
+                self._producer.init_transactions(self._timeout)
+            else:
+                self._producer.abort_transaction(self._timeout)
+        except KafkaException as exc:
+            log.error("could not abort the checker's transaction: %s", exc)
+            self._producer = Producer(self._config)
+            self._producer.init_transactions(self._timeout)
+
+
+def _remember_offset(into: list[int]) -> Callable[[KafkaError | None, Any], None]:
+    def delivered(error: KafkaError | None, message: Any) -> None:
+        if error is None:
+            into.append(message.offset())
+
+    return delivered

@@ -1,0 +1,349 @@
+"""The checker service: rounds over the half partitions this replica owns.
+
+Replicas share the half partitions through one consumer group (subscribed to
+the half topic, every partition paused: membership and fencing are all it is
+for). The owner of half partition p also reads op partition p. Its committed
+offset on half partition p is the half checkpoint, with the op checkpoint in
+the commit metadata, written in the same Kafka transaction as the round's
+records (:mod:`checker.round_writer`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaException, TopicPartition
+
+from checker import metrics
+from checker.ended import EndedTransactions
+from checker.kafka_reader import KafkaPartitionReader, TopicCursor
+from checker.round_writer import FencedError, RoundWriter, decode_checkpoint
+from checker.rules import RoundRules, iter_round
+from checker.settings import CheckerSettings
+from outbox.errors import KafkaUnavailableError
+from outbox.protocol import HalfRecord, OutgoingRecord
+
+log = logging.getLogger(__name__)
+
+Resolver = Callable[[HalfRecord, int, int], list[OutgoingRecord]]
+
+
+@dataclass
+class Checkpoint:
+    half: int
+    op: int
+
+
+@dataclass
+class PartitionReport:
+    partition: int
+    checks_sent: int = 0
+    put_backs: int = 0
+    discards: int = 0
+    skipped_ended: int = 0
+    stop_reason: str = ""
+    half_checkpoint: int = 0
+    op_checkpoint: int = 0
+
+
+@dataclass
+class RoundReport:
+    partitions: list[PartitionReport] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def checks_sent(self) -> int:
+        return sum(p.checks_sent for p in self.partitions)
+
+
+class Checker:
+    """One checker replica. ``run()`` until ``stop()``; ``run_round()`` for one pass."""
+
+    def __init__(
+        self,
+        settings: CheckerSettings,
+        *,
+        clock: Callable[[], float] = time.time,
+        resolver: Resolver | None = None,
+    ) -> None:
+        self.settings = settings
+        self.topics = settings.topics
+        self._clock = clock
+        self._resolver = resolver
+        self._rules = RoundRules(
+            transaction_timeout_ms=settings.transaction_timeout_ms,
+            check_max=settings.check_max,
+            max_process_ms=settings.max_process_ms,
+            op_read_batch=settings.op_read_batch,
+            retention_ms=settings.retention_ms,
+        )
+        self._ended = EndedTransactions(settings.ended_cache_size)
+        self._owned: dict[int, Checkpoint | None] = {}
+        self._assignment_lock = threading.Lock()
+        self._stopping = threading.Event()
+        self.assigned = threading.Event()
+        self.last_round_at: float | None = None
+        self.last_loop_at = time.monotonic()
+        client = settings.client_config()
+        self._consumer = Consumer(
+            {
+                **client,
+                "group.id": settings.group_id,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "isolation.level": "read_committed",
+                "max.poll.interval.ms": 600_000,
+                "partition.assignment.strategy": "cooperative-sticky",
+            }
+        )
+        self._halves = TopicCursor(client, self.topics.half)
+        self._ops = TopicCursor(client, self.topics.op)
+        instance = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self._writer = RoundWriter(
+            client,
+            f"{settings.group_id}.{instance}",
+            self.topics,
+            transaction_timeout_ms=max(60_000, int(settings.max_process_seconds * 1000) + 30_000),
+        )
+        self._consumer.subscribe(
+            [self.topics.half],
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_revoke,
+        )
+
+    # ----------------------------------------------------------- membership
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        consumer.incremental_assign(partitions)
+        consumer.pause(partitions)  # membership only: the rounds read with their own cursors
+        with self._assignment_lock:
+            for tp in partitions:
+                self._owned[tp.partition] = None  # checkpoint loaded at its first round
+        log.info("assigned half partitions %s", sorted(tp.partition for tp in partitions))
+        self.assigned.set()
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        with self._assignment_lock:
+            for tp in partitions:
+                self._owned.pop(tp.partition, None)
+        consumer.incremental_unassign(partitions)
+        log.info("revoked half partitions %s", sorted(tp.partition for tp in partitions))
+
+    def owned_partitions(self) -> list[int]:
+        with self._assignment_lock:
+            return sorted(self._owned)
+
+    def poll_membership(self, timeout: float = 0.0) -> None:
+        """Serve rebalances (and keep the group session alive)."""
+        self._consumer.poll(timeout)
+        self.last_loop_at = time.monotonic()
+
+    # ----------------------------------------------------------- rounds
+
+    def run(self) -> None:
+        """Run rounds every check interval until :meth:`stop`; then commit and close."""
+        try:
+            while not self._stopping.is_set():
+                self.poll_membership(0.5)
+                due = self.last_round_at is None or (
+                    self._clock() - self.last_round_at >= self.settings.check_interval_seconds
+                )
+                if due and self.owned_partitions():
+                    try:
+                        self.run_round()
+                    except KafkaUnavailableError as exc:
+                        log.warning("round interrupted, Kafka unavailable: %s", exc)
+                        self._stopping.wait(2.0)
+        finally:
+            self.close()
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to finish the round under way and exit."""
+        self._stopping.set()
+
+    def close(self) -> None:
+        for closer in (
+            self._writer.close,
+            self._halves.close,
+            self._ops.close,
+            self._consumer.close,
+        ):
+            try:
+                closer()
+            except (KafkaException, RuntimeError) as exc:
+                log.debug("closing: %s", exc)
+
+    def run_round(self) -> RoundReport:
+        """One pass over every owned half partition."""
+        started = time.monotonic()
+        report = RoundReport()
+        for partition in self.owned_partitions():
+            if self._stopping.is_set() and report.partitions:
+                break
+            report.partitions.append(self._round_on(partition))
+            self.poll_membership()
+        report.seconds = time.monotonic() - started
+        metrics.ROUND_SECONDS.observe(report.seconds)
+        self.last_round_at = self._clock()
+        return report
+
+    def _round_on(self, partition: int) -> PartitionReport:
+        checkpoint = self._checkpoint(partition)
+        reader = KafkaPartitionReader(self._halves, self._ops, partition)
+        report = PartitionReport(
+            partition, half_checkpoint=checkpoint.half, op_checkpoint=checkpoint.op
+        )
+        half_end = self._end_offset(self.topics.half, partition)
+        chunks = iter_round(
+            reader,
+            partition=partition,
+            half_checkpoint=checkpoint.half,
+            op_checkpoint=checkpoint.op,
+            ended=self._ended,
+            rules=self._rules,
+            now_ms=self._now_ms,
+            half_end=half_end,
+        )
+        for chunk in chunks:
+            if partition not in self.owned_partitions():
+                log.info("partition %d revoked mid-round; leaving it to its new owner", partition)
+                break
+            if chunk.decisions or (chunk.half_checkpoint, chunk.op_checkpoint) != (
+                checkpoint.half,
+                checkpoint.op,
+            ):
+                try:
+                    written = self._writer.write(
+                        chunk,
+                        self._consumer.consumer_group_metadata(),
+                        self._now_ms,
+                        self._resolver,
+                    )
+                except FencedError as exc:
+                    log.warning("fenced on partition %d, dropping it: %s", partition, exc)
+                    with self._assignment_lock:
+                        self._owned.pop(partition, None)
+                    break
+                report.checks_sent += written.checks_sent
+                report.put_backs += written.put_backs
+                report.discards += sum(written.discards.values())
+                metrics.CHECKS_SENT.inc(written.checks_sent)
+                metrics.PUT_BACKS.inc(written.put_backs)
+                for reason, count in written.discards.items():
+                    metrics.DISCARDS.labels(reason).inc(count)
+                checkpoint = Checkpoint(chunk.half_checkpoint, chunk.op_checkpoint)
+                with self._assignment_lock:
+                    if partition in self._owned:
+                        self._owned[partition] = checkpoint
+            report.skipped_ended += chunk.skipped_ended
+            if chunk.stop_reason is not None:
+                report.stop_reason = chunk.stop_reason.value
+                metrics.record_pending(partition, chunk, self._now_ms())
+            self.poll_membership()
+        report.half_checkpoint, report.op_checkpoint = checkpoint.half, checkpoint.op
+        if half_end is not None:
+            metrics.CHECKPOINT_LAG.labels(str(partition)).set(max(0, half_end - checkpoint.half))
+        log.info(
+            "round on partition %d: checks=%d put_backs=%d discards=%d skipped=%d stop=%s",
+            partition,
+            report.checks_sent,
+            report.put_backs,
+            report.discards,
+            report.skipped_ended,
+            report.stop_reason,
+        )
+        return report
+
+    # ----------------------------------------------------------- checkpoints
+
+    def _checkpoint(self, partition: int) -> Checkpoint:
+        with self._assignment_lock:
+            known = self._owned.get(partition)
+        if known is not None:
+            return known
+        checkpoint = self._load_checkpoint(partition)
+        with self._assignment_lock:
+            if partition in self._owned:
+                self._owned[partition] = checkpoint
+        return checkpoint
+
+    def _load_checkpoint(self, partition: int) -> Checkpoint:
+        """The committed checkpoints, clamped to what retention left; rebuild ended ids."""
+        try:
+            (committed,) = self._consumer.committed(
+                [TopicPartition(self.topics.half, partition)], timeout=30
+            )
+        except KafkaException as exc:
+            raise KafkaUnavailableError(f"reading checkpoints: {exc}") from None
+        half_low = self._low_offset(self.topics.half, partition)
+        op_low = self._low_offset(self.topics.op, partition)
+        if committed.offset == OFFSET_INVALID or committed.offset < 0:
+            log.info("partition %d has no checkpoint: starting at the beginning", partition)
+            return Checkpoint(half_low, op_low)
+        op = decode_checkpoint(committed.metadata)
+        checkpoint = Checkpoint(max(committed.offset, half_low), max(op or op_low, op_low))
+        self._rebuild_ended(partition, checkpoint)
+        return checkpoint
+
+    def _rebuild_ended(self, partition: int, checkpoint: Checkpoint) -> None:
+        """Re-read recent op history, so copies of ended transactions stay skipped."""
+        first = self._halves.read(partition, checkpoint.half, 1)
+        if not first or first[0].timestamp_ms is None:
+            return
+        since_ms = first[0].timestamp_ms - int(self.settings.op_history_margin_seconds * 1000)
+        start = self._offset_for_time(self.topics.op, partition, since_ms)
+        reader = KafkaPartitionReader(self._halves, self._ops, partition)
+        count = 0
+        while start < checkpoint.op:
+            entries = reader.ops(start, 500)
+            if not entries:
+                break
+            for entry in entries:
+                if entry.offset >= checkpoint.op:
+                    break
+                if entry.op is not None:
+                    self._ended.add(entry.op.transaction_id)
+                    count += 1
+            start = entries[-1].offset + 1
+        log.info("partition %d: %d ended transactions rebuilt from op history", partition, count)
+
+    def _low_offset(self, topic: str, partition: int) -> int:
+        low, _ = self._watermarks(topic, partition)
+        return low
+
+    def _end_offset(self, topic: str, partition: int) -> int | None:
+        try:
+            return self._watermarks(topic, partition)[1]
+        except KafkaUnavailableError:
+            return None
+
+    def _watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+        try:
+            low, high = self._consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=30
+            )
+        except KafkaException as exc:
+            raise KafkaUnavailableError(f"watermarks of {topic}[{partition}]: {exc}") from None
+        return int(low), int(high)
+
+    def _offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int:
+        try:
+            (found,) = self._consumer.offsets_for_times(
+                [TopicPartition(topic, partition, max(0, timestamp_ms))], timeout=30
+            )
+        except KafkaException as exc:
+            raise KafkaUnavailableError(f"offsets for time in {topic}: {exc}") from None
+        if found.offset < 0:  # nothing that recent: nothing to rebuild
+            return self._watermarks(topic, partition)[1]
+        return int(found.offset)
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
