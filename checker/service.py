@@ -137,6 +137,12 @@ class Checker:
         consumer.incremental_unassign(partitions)
         log.info("revoked half partitions %s", sorted(tp.partition for tp in partitions))
 
+    def is_ready(self) -> bool:
+        """Joined the group, and every owned partition has had a round."""
+        return self.assigned.is_set() and (
+            self.last_round_at is not None or not self.owned_partitions()
+        )
+
     def owned_partitions(self) -> list[int]:
         with self._assignment_lock:
             return sorted(self._owned)
@@ -251,7 +257,9 @@ class Checker:
         report.half_checkpoint, report.op_checkpoint = checkpoint.half, checkpoint.op
         if half_end is not None:
             metrics.CHECKPOINT_LAG.labels(str(partition)).set(max(0, half_end - checkpoint.half))
-        log.info(
+        busy = report.checks_sent or report.put_backs or report.discards or report.skipped_ended
+        log.log(
+            logging.INFO if busy else logging.DEBUG,
             "round on partition %d: checks=%d put_backs=%d discards=%d skipped=%d stop=%s",
             partition,
             report.checks_sent,

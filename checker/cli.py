@@ -1,0 +1,50 @@
+"""``outbox checker``: run a checker replica until SIGTERM."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+
+import typer
+
+from checker.http import serve
+from checker.service import Checker
+from checker.settings import CheckerSettings
+from outbox.settings_cli import settings_command
+
+log = logging.getLogger(__name__)
+
+STALL_SECONDS = 120.0
+
+
+def run_checker(settings: CheckerSettings) -> None:
+    """Serve probes, run rounds; SIGTERM/SIGINT finish the round, commit, exit 0."""
+    checker = Checker(settings)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: checker.stop())
+    server = None
+    if settings.http_address:
+        server = serve(
+            settings.http_address,
+            healthy=lambda: time.monotonic() - checker.last_loop_at < STALL_SECONDS,
+            ready=checker.is_ready,
+        )
+        log.info("probes and metrics on http://%s", settings.http_address)
+    log.info("checker running: group=%s prefix=%s", settings.group_id, settings.topic_prefix)
+    try:
+        checker.run()
+    finally:
+        if server is not None:
+            server.shutdown()
+    log.info("checker stopped")
+
+
+def register(app: typer.Typer) -> None:
+    settings_command(
+        app,
+        "checker",
+        CheckerSettings,
+        run_checker,
+        help="Run a checker replica: find halves with no outcome and ask their producers.",
+    )
