@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from checker import metrics
 from checker.ended import EndedTransactions
@@ -27,7 +28,8 @@ from checker.kafka_reader import KafkaPartitionReader, TopicCursor
 from checker.round_writer import FencedError, RoundWriter, decode_checkpoint
 from checker.rules import RoundRules, iter_round
 from checker.settings import CheckerSettings
-from outbox.errors import KafkaUnavailableError
+from outbox.admin import TopicSpec, ensure_topics
+from outbox.errors import KafkaUnavailableError, TopicAdminError
 from outbox.protocol import HalfRecord, OutgoingRecord
 
 log = logging.getLogger(__name__)
@@ -103,14 +105,18 @@ class Checker:
                 "partition.assignment.strategy": "cooperative-sticky",
             }
         )
+        self._admin = AdminClient(client)
+        self._check_topics_known: set[str] = set()
         self._halves = TopicCursor(client, self.topics.half)
         self._ops = TopicCursor(client, self.topics.op)
-        instance = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        instance = settings.instance_id or (
+            f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        )
         self._writer = RoundWriter(
             client,
             f"{settings.group_id}.{instance}",
             self.topics,
-            transaction_timeout_ms=max(60_000, int(settings.max_process_seconds * 1000) + 30_000),
+            transaction_timeout_ms=settings.kafka_transaction_timeout_ms,
         )
         self._consumer.subscribe(
             [self.topics.half],
@@ -222,6 +228,7 @@ class Checker:
             if partition not in self.owned_partitions():
                 log.info("partition %d revoked mid-round; leaving it to its new owner", partition)
                 break
+            self._ensure_check_topics({e.half.producer_group for e in chunk.to_check if e.half})
             if chunk.decisions or (chunk.half_checkpoint, chunk.op_checkpoint) != (
                 checkpoint.half,
                 checkpoint.op,
@@ -269,6 +276,26 @@ class Checker:
             report.stop_reason,
         )
         return report
+
+    def _ensure_check_topics(self, groups: set[str]) -> None:
+        """A group whose producers never ran has no check topic yet; the checker makes it."""
+        missing = groups - self._check_topics_known
+        if not missing:
+            return
+        partitions = max(
+            1,
+            len(
+                self._consumer.list_topics(self.topics.half, timeout=30)
+                .topics[self.topics.half]
+                .partitions
+            ),
+        )
+        specs = [TopicSpec(self.topics.check(g), partitions, 1) for g in sorted(missing)]
+        try:
+            ensure_topics(self._admin, specs)
+        except TopicAdminError as exc:
+            raise KafkaUnavailableError(f"cannot create check topics: {exc}") from None
+        self._check_topics_known |= missing
 
     # ----------------------------------------------------------- checkpoints
 

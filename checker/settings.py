@@ -40,6 +40,15 @@ class CheckerSettings(KafkaSettings):
     consumer_group: str | None = Field(
         None, description="consumer group of the checker replicas; default '<prefix>.checker'"
     )
+    instance_id: str | None = Field(
+        None,
+        description="stable id of this replica (e.g. a StatefulSet pod name), for its Kafka"
+        " transactional.id: a restarted replica then aborts its predecessor's open"
+        " transaction at once instead of after the transaction timeout",
+    )
+    kafka_transaction_timeout_ms: int = Field(
+        30_000, ge=1000, description="Kafka transaction.timeout.ms of the round writer"
+    )
     http_address: str = Field(
         "127.0.0.1:9464", description="host:port of /healthz, /readyz and /metrics ('' turns off)"
     )

@@ -1,0 +1,577 @@
+"""``outbox discard list|resume``: halves the checker gave up on, and putting them back.
+
+The checker discards a half after ``check_max`` unanswered checks, past the
+retention horizon, or when it does not decode, by copying it verbatim to
+``<prefix>.discard`` (:class:`~outbox.protocol.DiscardRecord`). Once the cause
+is fixed (the producer group is running again, the listener answers), an
+operator resumes it: the original half goes back to the end of its half
+partition with the check count reset to 0, and the checker asks about it again
+in its next round. This is RocketMQ's ``RESUME_CHECK_HALF_MESSAGE``.
+
+Resuming must be idempotent: a resume run twice (a retry after a timeout, two
+operators at once) must not put two halves back. The choice here is a *resume
+marker* on the discard topic itself:
+
+- a record with ``outbox-kind: discard-resumed``, keyed by the transaction id,
+  no value, naming the discard record it settles (``outbox-discard-partition``,
+  ``outbox-discard-offset``) and where the half went back
+  (``outbox-half-partition``, ``outbox-half-offset``, ``outbox-resumed-ms``);
+- the resumed halves and their markers are written in **one Kafka transaction**,
+  so a crash leaves either both or neither;
+- every resume uses the same transactional id (``<prefix>.discard-resume``)
+  and reads the discard topic only after ``init_transactions``: a second
+  resume running at the same time fences the first (whose commit then fails),
+  or, if the first committed already, reads its markers and skips those
+  discards. Two concurrent resumes therefore never both put a half back.
+
+A marker names one discard record, not just a transaction id, so a half that was
+resumed and later discarded again can be resumed again. Comparing with the
+halves already in the half topic was the alternative; it needs a scan of the
+whole half topic and cannot tell a resumed copy from a put-back one.
+
+Readers of the discard topic must skip records whose kind is not ``discard``
+(``list`` does). A discarded half that was malformed cannot be resumed: there is
+nothing valid to put back; it stays listed with the decoding problem.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+import typer
+from confluent_kafka import KafkaError, KafkaException, Producer
+from rich.table import Table
+
+from checker.settings import CheckerSettings
+from checker.status import iso_ms
+from outbox.cli_options import BootstrapOption, PrefixOption, PropertiesOption, kafka_settings
+from outbox.config import KafkaSettings
+from outbox.console import make_console
+from outbox.errors import KafkaUnavailableError, OutboxError, TopicAdminError
+from outbox.protocol import (
+    DEFAULT_PREFIX,
+    DiscardReason,
+    DiscardRecord,
+    HalfRecord,
+    Header,
+    MalformedRecordError,
+    OutgoingRecord,
+    RawRecord,
+    RecordKind,
+    TopicNames,
+)
+from outbox.reading import read_topic
+
+log = logging.getLogger(__name__)
+
+RESUMED_KIND = "discard-resumed"
+DISCARD_PARTITION_HEADER = "outbox-discard-partition"
+DISCARD_OFFSET_HEADER = "outbox-discard-offset"
+RESUMED_MS_HEADER = "outbox-resumed-ms"
+CHUNK = 500
+"""Halves resumed per Kafka transaction: bounded transactions, progress kept on a crash."""
+
+
+class ResumeFencedError(OutboxError):
+    """Another ``outbox discard resume`` started meanwhile and took over."""
+
+
+def resume_transactional_id(topics: TopicNames) -> str:
+    """One transactional id per deployment, so concurrent resumes fence each other."""
+    return f"{topics.prefix}.discard-resume"
+
+
+# ------------------------------------------------------------------ records
+
+
+@dataclass(frozen=True)
+class ResumeMarker:
+    """The record saying a discard was resumed, and where its half went back."""
+
+    transaction_id: str
+    discard_partition: int
+    discard_offset: int
+    half_partition: int
+    half_offset: int
+    resumed_ms: int
+
+    def to_record(self, topics: TopicNames) -> OutgoingRecord:
+        headers = [
+            (Header.KIND.value, RESUMED_KIND.encode()),
+            (Header.TRANSACTION_ID.value, self.transaction_id.encode()),
+            (DISCARD_PARTITION_HEADER, str(self.discard_partition).encode()),
+            (DISCARD_OFFSET_HEADER, str(self.discard_offset).encode()),
+            (Header.HALF_PARTITION.value, str(self.half_partition).encode()),
+            (Header.HALF_OFFSET.value, str(self.half_offset).encode()),
+            (RESUMED_MS_HEADER, str(self.resumed_ms).encode()),
+        ]
+        return OutgoingRecord(topics.discard, self.transaction_id.encode(), None, headers)
+
+    @classmethod
+    def from_record(cls, raw: RawRecord) -> ResumeMarker | None:
+        """The marker in ``raw``; ``None`` for any other record (or a broken marker)."""
+        if _header(raw, Header.KIND.value) != RESUMED_KIND:
+            return None
+        try:
+            return cls(
+                transaction_id=_required(raw, Header.TRANSACTION_ID.value),
+                discard_partition=int(_required(raw, DISCARD_PARTITION_HEADER)),
+                discard_offset=int(_required(raw, DISCARD_OFFSET_HEADER)),
+                half_partition=int(_required(raw, Header.HALF_PARTITION.value)),
+                half_offset=int(_required(raw, Header.HALF_OFFSET.value)),
+                resumed_ms=int(_required(raw, RESUMED_MS_HEADER)),
+            )
+        except ValueError as exc:
+            log.warning("ignoring a broken resume marker at %s[%d]@%d: %s", *_at(raw), exc)
+            return None
+
+
+def _header(raw: RawRecord, name: str) -> str | None:
+    for key, value in raw.headers:
+        if key == name and value is not None:
+            try:
+                return value.decode("utf-8") or None
+            except UnicodeDecodeError:
+                return None
+    return None
+
+
+def _required(raw: RawRecord, name: str) -> str:
+    value = _header(raw, name)
+    if value is None:
+        raise ValueError(f"{name} is missing")
+    return value
+
+
+def _at(raw: RawRecord) -> tuple[str, int, int]:
+    return raw.topic, raw.partition, raw.offset
+
+
+@dataclass
+class DiscardedHalf:
+    """One discard record, decoded as far as it goes, and whether it was resumed."""
+
+    raw: RawRecord
+    record: DiscardRecord | None
+    half: HalfRecord | None
+    problem: str | None
+    """Why it cannot be resumed (malformed half or discard record); ``None`` if it can."""
+    resumed: ResumeMarker | None = None
+
+    @classmethod
+    def of(cls, raw: RawRecord) -> DiscardedHalf:
+        try:
+            record = DiscardRecord.from_record(raw)
+        except MalformedRecordError as exc:
+            return cls(raw, None, None, f"the discard record does not decode: {exc}")
+        if record.reason is DiscardReason.MALFORMED:
+            why = record.detail or "undecodable"
+            return cls(raw, record, None, f"it was discarded as malformed ({why})")
+        try:
+            return cls(raw, record, record.original_half(), None)
+        except MalformedRecordError as exc:
+            return cls(raw, record, None, f"the discarded half does not decode: {exc}")
+
+    @property
+    def position(self) -> tuple[int, int]:
+        """Where this discard record is on the discard topic: its identity."""
+        return (self.raw.partition, self.raw.offset)
+
+    def field(self, header: Header) -> str | None:
+        """A header of the original half, leniently (malformed halves show what they have)."""
+        return _header(self.raw, header.value)
+
+    @property
+    def transaction_id(self) -> str | None:
+        return self.half.transaction_id if self.half else self.field(Header.TRANSACTION_ID)
+
+    @property
+    def discarded_ms(self) -> int:
+        return self.record.discarded_ms if self.record else 0
+
+    @property
+    def resumable(self) -> bool:
+        return self.problem is None
+
+
+def read_discards(
+    client_config: dict[str, Any], topics: TopicNames, timeout: float = 60.0
+) -> list[DiscardedHalf]:
+    """Every discard record up to the topic's current end, with its resume marker if any."""
+    records = read_topic(client_config, topics.discard, timeout=timeout)
+    markers: dict[tuple[int, int], ResumeMarker] = {}
+    discards: list[DiscardedHalf] = []
+    for raw in records:
+        marker = ResumeMarker.from_record(raw)
+        if marker is not None:
+            markers.setdefault((marker.discard_partition, marker.discard_offset), marker)
+        elif raw.kind() is RecordKind.DISCARD:
+            discards.append(DiscardedHalf.of(raw))
+        else:
+            log.warning("skipping a record of another kind at %s[%d]@%d", *_at(raw))
+    for discard in discards:
+        discard.resumed = markers.get(discard.position)
+    discards.sort(key=lambda d: (d.discarded_ms, d.position))
+    return discards
+
+
+# ------------------------------------------------------------------ resuming
+
+
+@dataclass
+class Resumed:
+    transaction_id: str
+    source: DiscardedHalf
+    marker: ResumeMarker
+
+
+@dataclass
+class ResumeOutcome:
+    resumed: list[Resumed] = field(default_factory=list)
+    already: list[DiscardedHalf] = field(default_factory=list)
+    """Asked for, but resumed before: nothing written (the idempotent case)."""
+    refused: list[tuple[str, str]] = field(default_factory=list)
+    """(transaction id or position, why) for discards that cannot be resumed."""
+    unknown: list[str] = field(default_factory=list)
+    """Transaction ids with no discard record at all."""
+
+
+@dataclass
+class _Plan:
+    chosen: DiscardedHalf
+    settles: list[DiscardedHalf]
+    """Every not-yet-resumed resumable discard of the transaction: one half settles them all."""
+
+
+def resume_discards(
+    settings: KafkaSettings,
+    transaction_ids: Sequence[str] | None,
+    *,
+    now_ms: Callable[[], int],
+    timeout: float = 60.0,
+    chunk: int = CHUNK,
+) -> ResumeOutcome:
+    """Put the named discarded halves (all, if ``transaction_ids`` is None) back.
+
+    One half per transaction id goes back (the latest discard), even if it was
+    discarded several times. Raises :class:`ResumeFencedError` if another
+    resume took over mid-way; what was committed before stays committed.
+    """
+    topics = settings.topics
+    client = settings.client_config()
+    producer = Producer(
+        {
+            **client,
+            "transactional.id": resume_transactional_id(topics),
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+        }
+    )
+    try:
+        producer.init_transactions(timeout)
+    except KafkaException as exc:
+        raise KafkaUnavailableError(f"starting the resume transaction: {exc}") from None
+    try:
+        partitions = _half_partitions(producer, topics, timeout)
+        # Read only now: a resume that committed before our init is visible, one
+        # that had not is fenced (see the module docstring).
+        discards = read_discards(client, topics, timeout)
+        outcome, plans = _plan(discards, transaction_ids, partitions)
+        for start in range(0, len(plans), chunk):
+            outcome.resumed += _write(
+                producer, topics, plans[start : start + chunk], now_ms, timeout
+            )
+        return outcome
+    finally:
+        producer.flush(timeout)
+
+
+def _half_partitions(producer: Producer, topics: TopicNames, timeout: float) -> int:
+    try:
+        metadata = producer.list_topics(topics.half, timeout=timeout)
+    except KafkaException as exc:
+        raise KafkaUnavailableError(f"cannot reach Kafka within {timeout:g}s: {exc}") from None
+    topic = metadata.topics.get(topics.half)
+    if topic is None or topic.error is not None or not topic.partitions:
+        raise TopicAdminError(f"topic {topics.half} does not exist: run `outbox topics create`")
+    return len(topic.partitions)
+
+
+def _plan(
+    discards: list[DiscardedHalf], transaction_ids: Sequence[str] | None, partitions: int
+) -> tuple[ResumeOutcome, list[_Plan]]:
+    outcome = ResumeOutcome()
+    by_id: dict[str, list[DiscardedHalf]] = {}
+    for discard in discards:
+        by_id.setdefault(discard.transaction_id or "", []).append(discard)
+    if transaction_ids is None:
+        wanted = [tid for tid, found in by_id.items() if any(d.resumed is None for d in found)]
+    else:
+        wanted = list(dict.fromkeys(transaction_ids))
+    plans: list[_Plan] = []
+    for transaction_id in wanted:
+        found = by_id.get(transaction_id, [])
+        if not found:
+            outcome.unknown.append(transaction_id)
+            continue
+        open_ = [d for d in found if d.resumed is None]
+        if not open_:
+            outcome.already.append(max(found, key=_latest))
+            continue
+        usable = []
+        for discard in open_:
+            problem = discard.problem
+            if problem is None and discard.record and discard.record.half_partition >= partitions:
+                problem = (
+                    f"its half partition {discard.record.half_partition} does not exist "
+                    f"(the half topic has {partitions})"
+                )
+            if problem is None:
+                usable.append(discard)
+            else:
+                label = transaction_id or "discard at {}@{}".format(*discard.position)
+                outcome.refused.append((label, problem))
+        if usable:
+            plans.append(_Plan(max(usable, key=_latest), usable))
+    return outcome, plans
+
+
+def _latest(discard: DiscardedHalf) -> tuple[int, tuple[int, int]]:
+    return (discard.discarded_ms, discard.position)
+
+
+def _write(
+    producer: Producer,
+    topics: TopicNames,
+    plans: list[_Plan],
+    now_ms: Callable[[], int],
+    timeout: float,
+) -> list[Resumed]:
+    """One Kafka transaction: the halves back, then the markers naming where they went."""
+    try:
+        producer.begin_transaction()
+        offsets: list[list[int]] = []
+        for plan in plans:
+            assert plan.chosen.half is not None and plan.chosen.record is not None
+            half = plan.chosen.half.resumed()
+            offset: list[int] = []
+            producer.produce(
+                **half.to_record(topics, plan.chosen.record.half_partition).produce_kwargs(),
+                on_delivery=_remember_offset(offset),
+            )
+            offsets.append(offset)
+        if producer.flush(timeout) > 0 or not all(offsets):
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "halves not acknowledged"))
+        resumed_ms = now_ms()
+        done: list[Resumed] = []
+        for plan, offset in zip(plans, offsets, strict=True):
+            assert plan.chosen.half is not None and plan.chosen.record is not None
+            for settled in plan.settles:
+                marker = ResumeMarker(
+                    transaction_id=plan.chosen.half.transaction_id,
+                    discard_partition=settled.position[0],
+                    discard_offset=settled.position[1],
+                    half_partition=plan.chosen.record.half_partition,
+                    half_offset=offset[0],
+                    resumed_ms=resumed_ms,
+                )
+                producer.produce(**marker.to_record(topics).produce_kwargs())
+                if settled is plan.chosen:
+                    done.append(Resumed(plan.chosen.half.transaction_id, settled, marker))
+        producer.commit_transaction(timeout)
+        return done
+    except KafkaException as exc:
+        error: KafkaError = exc.args[0]
+        try:
+            if not error.fatal():
+                producer.abort_transaction(timeout)
+        except KafkaException as abort_exc:
+            log.debug("abort after a failed resume: %s", abort_exc)
+        if error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED) or (
+            "fenced" in str(error).lower()
+        ):
+            raise ResumeFencedError(
+                "another `outbox discard resume` started meanwhile and took over; "
+                "run `outbox discard list` to see what is still discarded"
+            ) from None
+        raise KafkaUnavailableError(f"resuming discarded halves: {error}") from None
+
+
+def _remember_offset(into: list[int]) -> Callable[[KafkaError | None, Any], None]:
+    def delivered(error: KafkaError | None, message: Any) -> None:
+        if error is None:
+            into.append(message.offset())
+
+    return delivered
+
+
+# ------------------------------------------------------------------ the commands
+
+discard_app = typer.Typer(
+    help="Halves the checker gave up on: list them, put them back to be checked again.",
+    no_args_is_help=True,
+)
+
+
+def _position(partition: int | None, offset: int | None) -> str:
+    return "-" if partition is None or offset is None else f"{partition}@{offset}"
+
+
+def discards_table(discards: list[DiscardedHalf], title: str, with_resumed: bool) -> Table:
+    table = Table(title=title)
+    columns = [
+        "transaction id",
+        "producer group",
+        "real topic",
+        "reason",
+        "detail",
+        "checks",
+        "discarded at",
+        "half partition@offset",
+    ]
+    if with_resumed:
+        columns.append("resumed")
+    for column in columns:
+        if column == "detail":
+            table.add_column(column, max_width=48, overflow="fold")
+        else:
+            table.add_column(column, overflow="fold")
+    for discard in discards:
+        record = discard.record
+        row = [
+            discard.transaction_id or "-",
+            discard.field(Header.PRODUCER_GROUP) or "-",
+            discard.field(Header.REAL_TOPIC) or "-",
+            record.reason.value if record else "?",
+            (record.detail if record else discard.problem) or "-",
+            discard.field(Header.CHECK_TIMES) or "-",
+            iso_ms(record.discarded_ms) if record else "-",
+            _position(record.half_partition, record.half_offset) if record else "-",
+        ]
+        if with_resumed:
+            marker = discard.resumed
+            row.append(
+                f"{iso_ms(marker.resumed_ms)} -> "
+                f"{_position(marker.half_partition, marker.half_offset)}"
+                if marker
+                else "-"
+            )
+        table.add_row(*row)
+    return table
+
+
+@discard_app.command("list")
+def list_command(
+    include_resumed: Annotated[
+        bool, typer.Option("--include-resumed", help="Also show discards already resumed.")
+    ] = False,
+    bootstrap: BootstrapOption = None,
+    prefix: PrefixOption = DEFAULT_PREFIX,
+    properties: PropertiesOption = None,
+) -> None:
+    """List the discarded halves (not yet resumed), oldest first."""
+    settings = kafka_settings(bootstrap, prefix, properties)
+    discards = read_discards(settings.client_config(), settings.topics)
+    shown = discards if include_resumed else [d for d in discards if d.resumed is None]
+    console = make_console()
+    console.print(
+        discards_table(shown, f"discarded halves on {settings.topics.discard}", include_resumed)
+    )
+    resumed = sum(1 for d in discards if d.resumed is not None)
+    console.print(
+        f"discarded: {len(discards) - resumed} to resume, {resumed} resumed before",
+        highlight=False,
+    )
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _retention_warning(outcome: ResumeOutcome, now: int) -> str | None:
+    hours = CheckerSettings.model_fields["retention_hours"].default
+    horizon = now - int(hours * 3600 * 1000)
+    old = [r for r in outcome.resumed if r.source.half and r.source.half.born_ms < horizon]
+    if not old:
+        return None
+    return (
+        f"note: {len(old)} resumed half(s) were born more than {hours:g} h ago; a checker "
+        f"with the default retention (--retention-hours {hours:g}) discards them again at "
+        "once (reason retention): raise OUTBOX_RETENTION_HOURS on the checker first"
+    )
+
+
+@discard_app.command("resume")
+def resume_command(
+    transaction_ids: Annotated[
+        list[str] | None,
+        typer.Argument(help="Transaction ids of discarded halves to put back.", show_default=False),
+    ] = None,
+    resume_all: Annotated[
+        bool, typer.Option("--all", help="Resume every discarded half that can be.")
+    ] = False,
+    bootstrap: BootstrapOption = None,
+    prefix: PrefixOption = DEFAULT_PREFIX,
+    properties: PropertiesOption = None,
+) -> None:
+    """Put discarded halves back into the half topic with the check count reset.
+
+    Idempotent: a discard already resumed is not put back twice. Exits 1 if a
+    named transaction id has no discard or cannot be resumed (malformed); the
+    others are resumed all the same.
+    """
+    if bool(transaction_ids) == resume_all:
+        raise typer.BadParameter("give transaction ids or --all (not both)")
+    settings = kafka_settings(bootstrap, prefix, properties)
+
+    outcome = resume_discards(settings, None if resume_all else transaction_ids, now_ms=_now_ms)
+    console = make_console()
+    errors = make_console(stderr=True)
+    if outcome.resumed:
+        table = Table(title=f"resumed into {settings.topics.half}")
+        for column in ("transaction id", "reason", "discarded at", "back at partition@offset"):
+            table.add_column(column, overflow="fold")
+        for item in outcome.resumed:
+            record = item.source.record
+            table.add_row(
+                item.transaction_id,
+                record.reason.value if record else "-",
+                iso_ms(record.discarded_ms) if record else "-",
+                _position(item.marker.half_partition, item.marker.half_offset),
+            )
+        console.print(table)
+    for discard in outcome.already:
+        marker = discard.resumed
+        assert marker is not None
+        console.print(
+            f"already resumed: {discard.transaction_id} at {iso_ms(marker.resumed_ms)} "
+            f"(half at {_position(marker.half_partition, marker.half_offset)}); not resumed again",
+            highlight=False,
+        )
+    for label, why in outcome.refused:
+        target = errors if not resume_all else console
+        prefix_word = "error" if not resume_all else "skipped"
+        target.print(f"{prefix_word}: cannot resume {label}: {why}", highlight=False, markup=False)
+    for transaction_id in outcome.unknown:
+        errors.print(
+            f"error: no discarded half with transaction id {transaction_id!r} "
+            f"on {settings.topics.discard}",
+            highlight=False,
+            markup=False,
+        )
+    warning = _retention_warning(outcome, _now_ms())
+    if warning:
+        console.print(warning, highlight=False)
+    console.print(f"resumed: {len(outcome.resumed)} half(s)", highlight=False)
+    if outcome.unknown or (outcome.refused and not resume_all):
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``outbox discard list|resume`` to the top-level command line."""
+    app.add_typer(discard_app, name="discard")

@@ -1,0 +1,162 @@
+"""The checker against a real broker, with a real producer answering its questions.
+
+Time is driven by skewing the checker's clock forward, so halves become due
+without sleeping; Kafka, the producer and the checker are all real.
+"""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from checker.round_writer import decode_checkpoint
+from outbox import LocalTransactionState, Message, TransactionProducer
+from outbox.protocol import (
+    DiscardReason,
+    Header,
+    OpRecord,
+    OutgoingRecord,
+    RealRecord,
+    Resolution,
+)
+from tests.checker.support import (
+    SkewedClock,
+    check_requests,
+    discards,
+    pending_half,
+    running_checker,
+    wait_for,
+    write,
+)
+from tests.producer.conftest import OutboxTopics, ScriptedListener
+
+pytestmark = pytest.mark.kafka
+
+UNKNOW = LocalTransactionState.UNKNOW
+
+
+def ops(topics: OutboxTopics) -> list[OpRecord]:
+    return [OpRecord.from_record(r) for r in topics.read(topics.names.op)]
+
+
+def real_ids(topics: OutboxTopics) -> list[str]:
+    return [RealRecord.from_record(r).transaction_id for r in topics.read(topics.real_topic)]
+
+
+@pytest.mark.parametrize(
+    "answer,resolution",
+    [
+        (LocalTransactionState.COMMIT_MESSAGE, Resolution.COMMIT),
+        (LocalTransactionState.ROLLBACK_MESSAGE, Resolution.ROLLBACK),
+    ],
+)
+def test_unknown_is_resolved_by_check_back_and_never_asked_again(
+    producer: TransactionProducer,
+    outbox_topics: OutboxTopics,
+    listener: ScriptedListener,
+    answer,
+    resolution,
+):
+    listener.check_answer = answer
+    sent = producer.send_message_in_transaction(Message(outbox_topics.real_topic, b"v"), UNKNOW)
+    clock = SkewedClock()
+    with running_checker(outbox_topics, clock) as checker:
+        checker.run_round()
+        assert check_requests(outbox_topics) == []  # younger than the transaction timeout
+        clock.skew = 60
+        report = checker.run_round()
+        assert report.checks_sent == 1
+        wait_for(lambda: len(ops(outbox_topics)) == 1, what="the check answer")
+        for _ in range(3):  # later rounds: the copy has its op, nobody is asked again
+            clock.skew += 60
+            checker.run_round()
+    assert [o.resolution for o in ops(outbox_topics)] == [resolution]
+    assert len(check_requests(outbox_topics)) == 1
+    assert len(listener.checked) == 1
+    expected = [sent.transaction_id] if resolution is Resolution.COMMIT else []
+    assert real_ids(outbox_topics) == expected
+    assert outbox_topics.read(outbox_topics.real_topic, "read_uncommitted") == (
+        outbox_topics.read(outbox_topics.real_topic)
+    )
+
+
+def test_no_live_producer_is_checked_until_check_max_then_discarded(outbox_topics):
+    half = pending_half(outbox_topics, "orphan")
+    write(outbox_topics, half.to_record(outbox_topics.names, 1))
+    clock = SkewedClock()
+    with running_checker(outbox_topics, clock, check_max=2) as checker:
+        sent = []
+        for _ in range(4):
+            sent.append(checker.run_round().checks_sent)
+            clock.skew += 60
+    assert sent == [1, 1, 0, 0]
+    requests = check_requests(outbox_topics)
+    assert [r.half.check_times for r in requests] == [1, 2]
+    (discarded,) = discards(outbox_topics)
+    assert discarded.reason is DiscardReason.CHECK_MAX
+    assert discarded.original_half().transaction_id == "orphan"
+    assert discarded.original_half().check_times == 2
+    assert ops(outbox_topics) == []
+
+
+def test_malformed_half_is_discarded_and_does_not_block(outbox_topics):
+    garbage = OutgoingRecord(
+        outbox_topics.names.half, b"k", b"v", [(Header.KIND.value, b"half")], partition=0
+    )
+    good = pending_half(outbox_topics, "after-garbage")
+    write(outbox_topics, garbage, good.to_record(outbox_topics.names, 0))
+    with running_checker(outbox_topics, SkewedClock(60)) as checker:
+        report = checker.run_round()
+    assert report.checks_sent == 1
+    (discarded,) = discards(outbox_topics)
+    assert discarded.reason is DiscardReason.MALFORMED
+    assert "outbox-transaction-id" in (discarded.detail or "")
+    assert [r.half.transaction_id for r in check_requests(outbox_topics)] == ["after-garbage"]
+
+
+def test_checkpoints_are_committed_and_a_restart_resumes_there(outbox_topics):
+    write(
+        outbox_topics,
+        *(
+            pending_half(outbox_topics, f"t{i}").to_record(outbox_topics.names, i % 3)
+            for i in range(9)
+        ),
+    )
+    clock = SkewedClock(60)
+    with running_checker(outbox_topics, clock) as first:
+        assert first.run_round().checks_sent == 9
+    with running_checker(outbox_topics, clock) as restarted:
+        # It resumes at the checkpoint: the originals are behind it, only the
+        # copies (still unanswered) are due again.
+        assert restarted.run_round().checks_sent == 9
+    requests = check_requests(outbox_topics)
+    by_round = {
+        times: sorted(r.half.transaction_id for r in requests if r.half.check_times == times)
+        for times in (1, 2)
+    }
+    assert by_round == {1: sorted(f"t{i}" for i in range(9)), 2: sorted(f"t{i}" for i in range(9))}
+    assert len(requests) == 18
+    consumer = Consumer(
+        {**outbox_topics.client_config, "group.id": f"{outbox_topics.names.prefix}.checker"}
+    )
+    try:
+        committed = consumer.committed(
+            [TopicPartition(outbox_topics.names.half, p) for p in range(3)], timeout=30
+        )
+    finally:
+        consumer.close()
+    assert [c.offset for c in committed] == [6, 6, 6]  # past originals and first copies
+    assert all(decode_checkpoint(c.metadata) is not None for c in committed)
+
+
+def test_each_copy_is_asked_about_once_across_rounds(outbox_topics):
+    write(outbox_topics, pending_half(outbox_topics, "slow").to_record(outbox_topics.names, 2))
+    clock = SkewedClock(60)
+    with running_checker(outbox_topics, clock, check_max=5) as checker:
+        for _ in range(4):
+            checker.run_round()
+            clock.skew += 60
+    requests = check_requests(outbox_topics)
+    assert [r.half.check_times for r in requests] == [1, 2, 3, 4]
+    offsets = [r.half_offset for r in requests]
+    assert len(set(offsets)) == len(offsets)

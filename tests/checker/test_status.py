@@ -1,0 +1,197 @@
+"""``outbox status`` against a real broker: halves and ops written by hand, numbers checked."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from checker.round_writer import encode_checkpoint
+from checker.service import Checker
+from checker.settings import CheckerSettings
+from checker.status import format_age, read_status
+from outbox.admin import ensure_topics, plan_topics
+from outbox.config import KafkaSettings
+from outbox.protocol import HalfRecord, Header, OpRecord, Resolution, TopicNames
+
+pytestmark = pytest.mark.kafka
+
+GROUP = "shop"
+NOW_MS = int(time.time() * 1000)
+
+
+def half(transaction_id: str, born_ms: int, **fields: object) -> HalfRecord:
+    return HalfRecord(transaction_id, GROUP, "orders", b"k", b"v", born_ms, **fields)  # type: ignore[arg-type]
+
+
+class Writer:
+    """Writes protocol records by hand, as producers and the checker would."""
+
+    def __init__(self, bootstrap: str, topics: TopicNames) -> None:
+        self.topics = topics
+        self.producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+
+    def halves(self, partition: int, *records: HalfRecord) -> None:
+        for record in records:
+            self.producer.produce(**record.to_record(self.topics, partition).produce_kwargs())
+        assert self.producer.flush(30) == 0
+
+    def op(self, transaction_id: str, partition: int, half_offset: int) -> None:
+        op = OpRecord(transaction_id, GROUP, partition, half_offset, Resolution.COMMIT, NOW_MS)
+        self.producer.produce(**op.to_record(self.topics).produce_kwargs())
+        assert self.producer.flush(30) == 0
+
+    def raw_half(self, partition: int, headers: list[tuple[str, bytes]]) -> None:
+        self.producer.produce(self.topics.half, b"v", b"k", partition=partition, headers=headers)
+        assert self.producer.flush(30) == 0
+
+
+@pytest.fixture
+def setup(kafka_bootstrap: str, kafka_admin: AdminClient, unique_prefix: str):
+    topics = TopicNames(unique_prefix)
+    ensure_topics(kafka_admin, plan_topics(topics, 2, 1, (GROUP,)))
+    settings = KafkaSettings(bootstrap_servers=kafka_bootstrap, topic_prefix=unique_prefix)
+    return settings, Writer(kafka_bootstrap, topics)
+
+
+def commit_checkpoint(bootstrap: str, group: str, topic: str, partition: int, half: int, op: int):
+    """Commit a checkpoint the way the checker does: half offset, op offset in the metadata."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        checkpoint = TopicPartition(topic, partition, half, metadata=encode_checkpoint(op))
+        consumer.commit(offsets=[checkpoint], asynchronous=False)
+    finally:
+        consumer.close()
+
+
+def test_counts_pending_from_the_checkpoints(setup, kafka_bootstrap):
+    settings, writer = setup
+    group = f"{settings.topic_prefix}.checker"
+    born = [NOW_MS - 600_000 + i * 1000 for i in range(5)]
+    writer.halves(0, *(half(tid, b) for tid, b in zip("abcde", born, strict=True)))
+    writer.op("b", 0, 1)  # op offset 0
+    writer.op("d", 0, 3)  # op offset 1
+
+    status = read_status(settings, group, now_ms=lambda: NOW_MS)
+    p0, p1 = status.partitions
+    assert (p0.half_end, p0.op_end, p0.half_checkpoint, p0.op_checkpoint) == (5, 2, None, None)
+    assert (p0.pending, p0.oldest_pending_born_ms, p0.lag, p0.capped) == (3, born[0], 5, False)
+    assert (p1.half_end, p1.pending, p1.oldest_pending_born_ms) == (0, 0, None)
+
+    # The checker walked past a and b and marked b's op done: c, d, e remain, d has an op.
+    commit_checkpoint(kafka_bootstrap, group, settings.topics.half, 0, 2, 1)
+    p0 = read_status(settings, group).partitions[0]
+    assert (p0.half_checkpoint, p0.op_checkpoint, p0.lag) == (2, 1, 3)
+    assert (p0.pending, p0.oldest_pending_born_ms) == (2, born[2])
+
+    # Past the op of d, that op no longer counts: d is pending again from the status' view.
+    commit_checkpoint(kafka_bootstrap, group, settings.topics.half, 0, 2, 2)
+    assert read_status(settings, group).partitions[0].pending == 3
+
+
+def test_scan_limit_makes_a_lower_bound(setup):
+    settings, writer = setup
+    writer.halves(1, *(half(f"t{i}", NOW_MS - 60_000) for i in range(7)))
+    part = read_status(settings, "nobody", scan_limit=3).partitions[1]
+    assert (part.pending, part.halves_scanned, part.capped) == (3, 3, True)
+    exact = read_status(settings, "nobody", scan_limit=7).partitions[1]
+    assert (exact.pending, exact.capped) == (7, False)
+
+
+def test_put_back_copies_count_once_and_malformed_apart(setup):
+    settings, writer = setup
+    original = half("x", NOW_MS - 60_000)
+    writer.halves(1, original, original.put_back(), half("y", NOW_MS - 30_000))
+    writer.raw_half(1, [(Header.KIND.value, b"half"), (Header.CHECK_TIMES.value, b"??")])
+    part = read_status(settings, "nobody").partitions[1]
+    assert (part.pending, part.malformed, part.oldest_pending_born_ms) == (2, 1, NOW_MS - 60_000)
+
+
+def test_aborted_halves_are_not_pending(setup, kafka_bootstrap):
+    settings, writer = setup
+    producer = Producer(
+        {"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{settings.topic_prefix}-t"}
+    )
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    record = half("aborted", NOW_MS - 60_000).to_record(settings.topics, 0)
+    producer.produce(**record.produce_kwargs())
+    producer.flush(30)
+    producer.abort_transaction(30)
+    writer.halves(0, half("after", NOW_MS - 1_000))
+    deadline = time.monotonic() + 30
+    while (part := read_status(settings, "nobody").partitions[0]).half_end < 3:
+        assert time.monotonic() < deadline, "the abort marker never became stable"
+        time.sleep(0.2)
+    # The aborted half, its abort marker, then the committed one.
+    assert (part.half_end, part.pending, part.oldest_pending_born_ms) == (3, 1, NOW_MS - 1_000)
+
+
+def test_agrees_with_a_real_checker_round(setup, kafka_bootstrap):
+    settings, writer = setup
+    writer.halves(0, half("old-1", NOW_MS - 60_000), half("old-2", NOW_MS - 50_000))
+    writer.halves(0, half("ended", NOW_MS - 40_000))
+    writer.op("ended", 0, 2)
+    checker_settings = CheckerSettings(
+        bootstrap_servers=kafka_bootstrap, topic_prefix=settings.topic_prefix, http_address=""
+    )
+    checker = Checker(checker_settings)
+    try:
+        deadline = time.monotonic() + 60
+        while not checker.owned_partitions() and time.monotonic() < deadline:
+            checker.poll_membership(0.2)
+        assert checker.owned_partitions() == [0, 1]
+        report = checker.run_round()
+    finally:
+        checker.close()
+    p0 = report.partitions[0]
+    assert (p0.checks_sent, p0.skipped_ended) == (2, 1)
+
+    status = read_status(settings, checker_settings.group_id)
+    part = status.partitions[0]
+    assert (part.half_checkpoint, part.op_checkpoint) == (p0.half_checkpoint, p0.op_checkpoint)
+    # The two put-back copies wait for their answers; the ended one is settled.
+    assert (part.pending, part.oldest_pending_born_ms) == (2, NOW_MS - 60_000)
+
+
+def outbox(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "outbox", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_command_prints_a_table_and_exits_0(setup, kafka_bootstrap):
+    settings, writer = setup
+    writer.halves(1, half("p", NOW_MS - 90_000), half("q", NOW_MS - 30_000))
+    group = "custom-group"
+    commit_checkpoint(kafka_bootstrap, group, settings.topics.half, 1, 1, 0)
+    result = outbox(
+        "status", "--bootstrap", kafka_bootstrap, "--prefix", settings.topic_prefix,
+        "--group", group,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rows = {line.split("│")[1].strip(): line for line in result.stdout.splitlines() if "│" in line}
+    cells = [cell.strip() for cell in rows["1"].split("│")[1:-1]]
+    # partition, half end, half checkpoint, op checkpoint, lag, pending, oldest, owner
+    assert cells[:6] == ["1", "2", "1", "0", "1", "1"]
+    assert cells[6].endswith("s")
+    assert "pending: 1 transaction(s) over 2 half partition(s)" in result.stdout
+
+
+def test_command_names_missing_topics(kafka_bootstrap, unique_prefix):
+    result = outbox("status", "--bootstrap", kafka_bootstrap, "--prefix", unique_prefix)
+    assert result.returncode == 1
+    assert f"topic {unique_prefix}.half does not exist" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [(None, "-"), (0, "0s"), (59.9, "59s"), (303, "5m03s"), (7_800, "2h10m"), (273_600, "3d04h")],
+)
+def test_format_age(seconds, shown):
+    assert format_age(seconds) == shown
