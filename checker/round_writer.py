@@ -11,6 +11,7 @@ its partition in a rebalance is fenced by the group metadata (KIP-447).
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from checker.rules import RoundChunk
+from outbox.errors import KafkaUnavailableError
 from outbox.protocol import CheckRequest, DiscardRecord, HalfRecord, OutgoingRecord, TopicNames
 
 log = logging.getLogger(__name__)
@@ -69,8 +71,25 @@ class RoundWriter:
             "linger.ms": 5,
             "transaction.timeout.ms": transaction_timeout_ms,
         }
-        self._producer = Producer(self._config)
-        self._producer.init_transactions(timeout)
+        self._producer = self._new_producer()
+
+    def _new_producer(self) -> Producer:
+        producer = Producer(self._config)
+        # Same transactional.id: fences any earlier producer of this replica.
+        producer.init_transactions(self._timeout)
+        return producer
+
+    def renew(self) -> None:
+        """Start over with a fresh producer (the checker does so every round).
+
+        A librdkafka transactional producer that lived through a broker restart
+        can block in ``send_offsets_to_transaction`` past its timeout; a fresh
+        one does not, and its ``init_transactions`` fences the old one.
+        """
+        try:
+            self._producer = self._new_producer()
+        except KafkaException as exc:
+            raise KafkaUnavailableError(f"cannot start the checker's producer: {exc}") from None
 
     def close(self) -> None:
         self._producer.flush(self._timeout)
@@ -83,6 +102,38 @@ class RoundWriter:
         answer: Callable[[HalfRecord, int, int], list[OutgoingRecord]] | None = None,
     ) -> ChunkResult:
         """Write one chunk in one Kafka transaction; raise on failure (nothing visible).
+
+        Runs under a watchdog: a call stuck in the client past every timeout
+        is abandoned, and the fresh producer that replaces it fences it, so
+        it can never commit late.
+        """
+        outcome: list[ChunkResult | BaseException] = []
+
+        def attempt() -> None:
+            try:
+                outcome.append(self._write(chunk, group_metadata, now_ms, answer))
+            except BaseException as exc:
+                outcome.append(exc)
+
+        worker = threading.Thread(target=attempt, name="checker-chunk-writer", daemon=True)
+        worker.start()
+        worker.join(self._timeout * 3)
+        if not outcome:
+            log.error("writing a chunk is stuck in the Kafka client; replacing the producer")
+            self.renew()
+            raise KafkaUnavailableError("writing a chunk got stuck; it was abandoned and fenced")
+        if isinstance(outcome[0], BaseException):
+            raise outcome[0]
+        return outcome[0]
+
+    def _write(
+        self,
+        chunk: RoundChunk,
+        group_metadata: Any,
+        now_ms: Callable[[], int],
+        answer: Callable[[HalfRecord, int, int], list[OutgoingRecord]] | None = None,
+    ) -> ChunkResult:
+        """The chunk's Kafka transaction.
 
         ``answer``, when given, resolves a due half itself (the checker's
         resolve-from-database mode) and returns the records that end it, or
@@ -158,14 +209,12 @@ class RoundWriter:
     def _recover(self, error: KafkaError) -> None:
         try:
             if error.fatal():
-                self._producer = Producer(self._config)
-                self._producer.init_transactions(self._timeout)
+                self.renew()
             else:
                 self._producer.abort_transaction(self._timeout)
         except KafkaException as exc:
             log.error("could not abort the checker's transaction: %s", exc)
-            self._producer = Producer(self._config)
-            self._producer.init_transactions(self._timeout)
+            self.renew()
 
 
 def _remember_offset(into: list[int]) -> Callable[[KafkaError | None, Any], None]:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
+from tenacity import Retrying, retry_if_exception_type, wait_exponential
 
 from checker import metrics
 from checker.ended import EndedTransactions
@@ -161,7 +162,23 @@ class Checker:
     # ----------------------------------------------------------- rounds
 
     def run(self) -> None:
-        """Run rounds every check interval until :meth:`stop`; then commit and close."""
+        """Run rounds every check interval until :meth:`stop`; then close.
+
+        A Kafka outage pauses the loop with exponential backoff and it resumes
+        where the committed checkpoints are: nothing unwritten was committed.
+        """
+        retrying = Retrying(
+            retry=retry_if_exception_type((KafkaUnavailableError, KafkaException)),
+            wait=wait_exponential(multiplier=0.5, max=30),
+            stop=lambda _: self._stopping.is_set(),
+            sleep=self._stopping.wait,
+            before_sleep=lambda state: log.warning(
+                "round interrupted (attempt %d), backing off: %s",
+                state.attempt_number,
+                state.outcome.exception() if state.outcome else "",
+            ),
+            reraise=True,
+        )
         try:
             while not self._stopping.is_set():
                 self.poll_membership(0.5)
@@ -170,10 +187,9 @@ class Checker:
                 )
                 if due and self.owned_partitions():
                     try:
-                        self.run_round()
-                    except KafkaUnavailableError as exc:
-                        log.warning("round interrupted, Kafka unavailable: %s", exc)
-                        self._stopping.wait(2.0)
+                        retrying(self.run_round)
+                    except (KafkaUnavailableError, KafkaException) as exc:
+                        log.info("stopping during an outage: %s", exc)
         finally:
             self.close()
 
@@ -197,6 +213,7 @@ class Checker:
         """One pass over every owned half partition."""
         started = time.monotonic()
         report = RoundReport()
+        self._writer.renew()
         for partition in self.owned_partitions():
             if self._stopping.is_set() and report.partitions:
                 break

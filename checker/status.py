@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from confluent_kafka import (
@@ -193,8 +193,19 @@ def _owners(admin: AdminClient, group: str, topic: str, timeout: float) -> dict[
         assignment = member.assignment.topic_partitions if member.assignment else []
         for tp in assignment:
             if tp.topic == topic:
-                owners[tp.partition] = f"{member.client_id}@{member.host.lstrip('/')}"
+                owners[tp.partition] = f"{_member_name(member)}@{member.host.lstrip('/')}"
     return owners
+
+
+def _member_name(member: Any) -> str:
+    """The static instance id if set, else the client id and the start of the member id.
+
+    librdkafka's client id defaults to "rdkafka" for every replica; the member
+    id (client id, dash, uuid) tells them apart.
+    """
+    if member.group_instance_id:
+        return str(member.group_instance_id)
+    return str(member.member_id)[: len(member.client_id) + 9]
 
 
 def _watermarks(consumer: Consumer, topic: str, partition: int, timeout: float) -> tuple[int, int]:
@@ -335,9 +346,14 @@ def show_status(status: CheckerStatus, where: str) -> None:
             highlight=False,
         )
     if all(p.half_checkpoint is None for p in status.partitions):
+        running = any(p.owner for p in status.partitions)
         console.print(
-            f"note: group {status.group} has committed no checkpoint yet: has `outbox checker` "
-            "run against these topics (same --prefix and --group)?",
+            f"note: group {status.group} has committed no checkpoint yet"
+            + (
+                " (its replicas have not settled a half so far)"
+                if running
+                else ": has `outbox checker` run against these topics (same --prefix, --group)?"
+            ),
             highlight=False,
         )
 

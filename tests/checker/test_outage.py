@@ -1,0 +1,55 @@
+"""A broker outage pauses the checker; it resumes where its checkpoints are."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from checker.service import Checker
+from checker.settings import CheckerSettings
+from outbox.admin import TopicSpec, ensure_topics, plan_topics
+from outbox.protocol import TopicNames
+from tests.checker.support import SkewedClock, check_requests, pending_half, wait_for, write
+from tests.producer.conftest import OutboxTopics
+
+pytestmark = pytest.mark.kafka
+
+
+def test_checker_survives_a_broker_restart(own_kafka_broker):
+    names = TopicNames("outage")
+    topics = OutboxTopics(own_kafka_broker.bootstrap_servers, names, "outage-events")
+    admin = AdminClient(topics.client_config)
+    ensure_topics(
+        admin, [*plan_topics(names, 3, 1, ("orders",)), TopicSpec(topics.real_topic, 1, 1)]
+    )
+    write(topics, pending_half(topics, "before").to_record(names, 0))
+
+    settings = CheckerSettings(
+        bootstrap_servers=topics.bootstrap,
+        topic_prefix=names.prefix,
+        http_address="",
+        check_interval_seconds=0.5,
+    )
+    clock = SkewedClock(60)
+    checker = Checker(settings, clock=clock)
+    loop = threading.Thread(target=checker.run, daemon=True)
+    loop.start()
+    try:
+        wait_for(lambda: len(check_requests(topics)) == 1, 60, "the first check")
+        own_kafka_broker.stop()
+        time.sleep(3)  # the loop meets the outage and backs off
+        assert loop.is_alive()
+        own_kafka_broker.start()
+        write(topics, pending_half(topics, "after").to_record(names, 1))
+        wait_for(lambda: len(check_requests(topics)) >= 2, 120, "a check after the restart")
+    finally:
+        checker.stop()
+        loop.join(60)
+    assert not loop.is_alive()
+    first_checks = [
+        r.half.transaction_id for r in check_requests(topics) if r.half.check_times == 1
+    ]
+    assert sorted(first_checks) == ["after", "before"]
