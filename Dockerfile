@@ -7,14 +7,21 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
+# Java runs Spark for the sink service (pyspark's JVM); Debian's JRE 17.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
+    && rm -rf /var/lib/apt/lists/*
+
 # A fixed, unprivileged uid: nothing here needs root, and a fixed uid keeps
-# bind-mounted files predictable.
-RUN useradd --system --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin outbox
+# bind-mounted files predictable. The sink's volume is its to write.
+RUN useradd --system --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin outbox \
+    && mkdir -p /var/lib/outbox-sink && chown outbox:outbox /var/lib/outbox-sink
 
 WORKDIR /app
 COPY . .
-# The postgres extra brings psycopg 3, the driver the postgresql+psycopg URLs name.
-RUN pip install ".[postgres]"
+# The postgres extra brings psycopg 3, the driver the postgresql+psycopg URLs name;
+# the spark extra brings pyspark for `outbox sink`.
+RUN pip install ".[postgres,spark]"
 
 USER outbox
 

@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: install kafka-jars demo test lint format clean
+.PHONY: install kafka-jars demo test lint format clean bench-producer bench-checker spark-jars bench-sink
 
 $(INSTALLED): pyproject.toml
 	@echo "==> creating $(VENV) and installing the project with its test extras"
@@ -20,14 +20,27 @@ install: $(INSTALLED)
 kafka-jars: install
 	$(BIN)/outbox dev kafka fetch
 
-demo: kafka-jars
+# Spark's Kafka source (spark-sql-kafka-0-10) for the sink, resolved with Maven once.
+spark-jars: install
+	$(BIN)/outbox dev spark fetch
+
+demo: kafka-jars spark-jars
 	$(BIN)/outbox demo
+
+bench-producer: kafka-jars
+	$(BIN)/python -m bench.producer
+
+bench-checker: kafka-jars
+	$(BIN)/python -m bench.checker
+
+bench-sink: kafka-jars spark-jars
+	$(BIN)/python -m bench.sink
 
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-test: kafka-jars lint
+test: kafka-jars spark-jars lint
 	$(BIN)/pytest
 
 format: install

@@ -20,12 +20,18 @@ Each cell runs a warm-up (connections, metadata, first batches; not counted)
 and then a fixed measuring window; a send counts when it completes inside the
 window. The end latency of an outbox send is the time from the local
 transaction's answer to ``send_message_in_transaction`` returning, i.e. the
-wait for the group commit that made the real and op records visible.
+wait for the group commit that made the real and op records visible. (RocketMQ
+sends its end oneway; the outbox confirms it, so the end is part of every send.)
+
+Each cell also records the CPU used by this process, by the broker, and by
+everything else on the host: on a shared machine the last one explains noisy
+numbers, and the run says so when it was high.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import math
@@ -63,6 +69,7 @@ REAL_TOPIC = "bench.events"
 PLAIN_TOPIC = "bench.plain"
 RESULTS_PATH = Path(__file__).resolve().parent / "results" / "producer.json"
 SEND_TIMEOUT_SECONDS = 30.0
+NOISY_OTHER_CPU_PCT = 25.0
 
 SendFn = Callable[[int, int], float | None]
 """Send message ``seq`` of sender ``index``; return when its local transaction answered."""
@@ -212,10 +219,14 @@ class CellResult:
     not_committed: dict[str, int] = field(default_factory=dict)
     client_cpu_pct: float | None = None
     broker_cpu_pct: float | None = None
+    other_cpu_pct: float | None = None
+    """CPU used by other processes on the host meanwhile: noise in a shared machine's numbers."""
 
 
 @dataclass
 class _Run:
+    """What :func:`run_cell` saw, before it is reduced to a :class:`CellResult`."""
+
     samples: list[tuple[float, float, float | None]]
     """(completed at, send seconds, local transaction answered at) per send."""
     window_start: float
@@ -224,6 +235,19 @@ class _Run:
     errors: list[BaseException]
     client_cpu_pct: float | None
     broker_cpu_pct: float | None
+    other_cpu_pct: float | None
+
+
+def _host_cpu_seconds() -> float | None:
+    """CPU seconds every process on the host has used (all CPUs), from /proc/stat."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = stat.readline().split()
+    except OSError:
+        return None
+    # user nice system idle iowait irq softirq steal ...: busy is everything but idle+iowait.
+    ticks = [int(v) for v in fields[1:9]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def _process_cpu_seconds(pid: int | None) -> float | None:
@@ -279,10 +303,12 @@ def run_cell(
     wall_before = time.perf_counter()
     client_before = _process_cpu_seconds(None)
     broker_before = _process_cpu_seconds(broker_pid) if broker_pid else None
+    host_before = _host_cpu_seconds()
     time.sleep(max(0.0, window_end - time.perf_counter()))
     wall = time.perf_counter() - wall_before
     client_after = _process_cpu_seconds(None)
     broker_after = _process_cpu_seconds(broker_pid) if broker_pid else None
+    host_after = _host_cpu_seconds()
     stop.set()
     for thread in threads:
         thread.join(SEND_TIMEOUT_SECONDS * 2 + 5)
@@ -300,7 +326,19 @@ def run_cell(
         errors=[exc for mine in errors for exc in mine],
         client_cpu_pct=pct(client_before, client_after),
         broker_cpu_pct=pct(broker_before, broker_after),
+        other_cpu_pct=_other(
+            pct(host_before, host_after),
+            pct(client_before, client_after),
+            pct(broker_before, broker_after),
+        ),
     )
+
+
+def _other(host: float | None, client: float | None, broker: float | None) -> float | None:
+    """Host CPU not spent by this bench or its broker: other tenants' noise."""
+    if host is None or client is None:
+        return None
+    return round(max(0.0, host - client - (broker or 0.0)), 1)
 
 
 def percentile_ms(values: Sequence[float], q: float) -> float | None:
@@ -335,6 +373,7 @@ def summarise(mode: str, senders: int, run: _Run, seconds: float) -> CellResult:
         first_error=repr(run.errors[0]) if run.errors else None,
         client_cpu_pct=run.client_cpu_pct,
         broker_cpu_pct=run.broker_cpu_pct,
+        other_cpu_pct=run.other_cpu_pct,
     )
 
 
@@ -343,6 +382,8 @@ def summarise(mode: str, senders: int, run: _Run, seconds: float) -> CellResult:
 
 @dataclass
 class Options:
+    """The parsed command line; one object so every step sees the same choices."""
+
     senders: list[int]
     seconds: float
     warmup: float
@@ -364,17 +405,29 @@ def _pair(p50: float | None, p99: float | None) -> str:
 
 
 def _cell_line(result: CellResult) -> str:
+    """One progress line; latencies as p50/p99 in ms, CPU as % of one core."""
     line = (
-        f"    {result.mode:<6} senders={result.senders:<3} {result.msgs_per_s:>9,.0f} msg/s"
-        f"  send p50/p99 {_pair(result.send_p50_ms, result.send_p99_ms)} ms"
+        f"    {result.mode:<6} senders={result.senders:<3} {result.msgs_per_s:>8,.0f} msg/s"
+        f"  send {_short(result.send_p50_ms, result.send_p99_ms)}"
     )
     if result.mode == "outbox":
         line += (
-            f"  half {_pair(result.half_p50_ms, result.half_p99_ms)} ms"
-            f"  end {_pair(result.end_p50_ms, result.end_p99_ms)} ms"
+            f"  half {_short(result.half_p50_ms, result.half_p99_ms)}"
+            f"  end {_short(result.end_p50_ms, result.end_p99_ms)}"
         )
-    cpu = f"cpu client {result.client_cpu_pct}% broker {result.broker_cpu_pct}%"
-    return line + f"  ({result.attempts:,} sends, {result.errors} errors, {cpu})"
+    cpu = " ".join(
+        f"{name} {_ms(value) if value is None else f'{value:.0f}'}"
+        for name, value in (
+            ("client", result.client_cpu_pct),
+            ("broker", result.broker_cpu_pct),
+            ("other", result.other_cpu_pct),
+        )
+    )
+    return line + f"  | {result.attempts:,} sends, {result.errors} errors | cpu% {cpu}"
+
+
+def _short(p50: float | None, p99: float | None) -> str:
+    return f"{_ms(p50)}/{_ms(p99)}ms"
 
 
 def _run_cells(
@@ -398,23 +451,9 @@ def _run_cells(
                 highlight=False,
             )
             if mode == "plain":
-                plain = PlainSender(bootstrap, PLAIN_TOPIC, value)
-                try:
-                    run = run_cell(plain.send, senders, options.warmup, options.seconds, broker_pid)
-                finally:
-                    plain.close()
-                result = summarise(mode, senders, run, options.seconds)
+                result = _plain_cell(options, bootstrap, broker_pid, value, senders)
             else:
-                outbox = OutboxSender(settings, value, senders)
-                try:
-                    run = run_cell(
-                        outbox.send, senders, options.warmup, options.seconds, broker_pid
-                    )
-                finally:
-                    outbox.close()
-                result = summarise(mode, senders, run, options.seconds)
-                result.committed = sum(outbox.committed)
-                result.not_committed = dict(outbox.not_committed)
+                result = _outbox_cell(options, settings, broker_pid, value, senders)
                 ok = result.committed == result.attempts and not result.errors
                 all_committed &= ok
                 verdict = "[green]ok[/]" if ok else "[red]MISMATCH[/]"
@@ -425,7 +464,39 @@ def _run_cells(
                 )
             results.append(result)
             console.print(_cell_line(result), highlight=False)
+            # A closed TransactionProducer sits in reference cycles: collect it now, so its
+            # Kafka clients neither poll the broker during the next cells nor outlive it.
+            gc.collect()
     return results, all_committed
+
+
+def _plain_cell(
+    options: Options, bootstrap: str, broker_pid: int | None, value: bytes, senders: int
+) -> CellResult:
+    plain = PlainSender(bootstrap, PLAIN_TOPIC, value)
+    try:
+        run = run_cell(plain.send, senders, options.warmup, options.seconds, broker_pid)
+    finally:
+        plain.close()
+    return summarise("plain", senders, run, options.seconds)
+
+
+def _outbox_cell(
+    options: Options,
+    settings: ProducerSettings,
+    broker_pid: int | None,
+    value: bytes,
+    senders: int,
+) -> CellResult:
+    outbox = OutboxSender(settings, value, senders)
+    try:
+        run = run_cell(outbox.send, senders, options.warmup, options.seconds, broker_pid)
+    finally:
+        outbox.close()
+    result = summarise("outbox", senders, run, options.seconds)
+    result.committed = sum(outbox.committed)
+    result.not_committed = dict(outbox.not_committed)
+    return result
 
 
 def _table(results: list[CellResult], options: Options) -> Table:
@@ -472,6 +543,7 @@ def _ratio(plain: CellResult | None, outbox: CellResult | None) -> float | None:
 
 
 def _count_committed_reals(bootstrap: str) -> int:
+    """Records a ``read_committed`` consumer sees on the real topic: what downstream gets."""
     return len(read_topic({"bootstrap.servers": bootstrap}, REAL_TOPIC, timeout=180))
 
 
@@ -524,6 +596,13 @@ def _run_against(console: Console, options: Options, bootstrap: str, broker_pid:
         verification.update(real_records_expected=expected, real_records_found=found)
     verification["real_records_match"] = read_ok
 
+    busiest = max((r.other_cpu_pct or 0.0 for r in results), default=0.0)
+    if busiest > NOISY_OTHER_CPU_PCT:
+        console.print(
+            f"[yellow]note:[/] other processes used up to {busiest:.0f}% CPU during the cells "
+            f"({os.cpu_count()} CPUs); these numbers are noisier than on a quiet machine",
+            highlight=False,
+        )
     console.print(_table(results, options))
     summary = _summary(results, options)
     _write_json(options, bootstrap, results, verification, summary, time.monotonic() - began)
@@ -541,6 +620,18 @@ def _run_against(console: Console, options: Options, bootstrap: str, broker_pid:
     return 1 if failed else 0
 
 
+def _pair_of(results: list[CellResult], senders: int) -> tuple[CellResult | None, ...]:
+    """The (plain, outbox) cells measured with ``senders`` senders, if they ran."""
+    return tuple(
+        next((r for r in results if r.mode == mode and r.senders == senders), None)
+        for mode in ("plain", "outbox")
+    )
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
 def _fmt(value: float | None, spec: str) -> str:
     return "nan" if value is None else format(value, spec)
 
@@ -548,12 +639,10 @@ def _fmt(value: float | None, spec: str) -> str:
 def _summary(results: list[CellResult], options: Options) -> dict[str, Any]:
     """The headline numbers: at 64 senders, or the most senders measured."""
     senders = 64 if 64 in options.senders else max(options.senders)
-    plain = next((r for r in results if r.mode == "plain" and r.senders == senders), None)
-    outbox = next((r for r in results if r.mode == "outbox" and r.senders == senders), None)
-    ratio = _ratio(plain, outbox)
+    plain, outbox = _pair_of(results, senders)
     return {
         "senders": senders,
-        "ratio": None if ratio is None else round(ratio, 4),
+        "ratio": _rounded(_ratio(plain, outbox)),
         "outbox_msgs_per_s": outbox.msgs_per_s if outbox else None,
         "plain_msgs_per_s": plain.msgs_per_s if plain else None,
         "end_p99_ms": outbox.end_p99_ms if outbox else None,
@@ -592,6 +681,7 @@ def _write_json(
             "kafka": KAFKA_VERSION,
         },
         "cells": [asdict(r) for r in results],
+        "ratios": {str(n): _rounded(_ratio(*_pair_of(results, n))) for n in options.senders},
         "verification": verification,
         "summary": summary,
     }
@@ -624,8 +714,8 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         description="Sync send throughput: plain confluent-kafka vs the transactional outbox.",
     )
     parser.add_argument("--senders", type=_positive_ints, default=[1, 16, 64])
-    parser.add_argument("--seconds", type=float, default=8.0, help="measuring window per cell")
-    parser.add_argument("--warmup", type=float, default=1.5, help="uncounted seconds per cell")
+    parser.add_argument("--seconds", type=float, default=10.0, help="measuring window per cell")
+    parser.add_argument("--warmup", type=float, default=2.0, help="uncounted seconds per cell")
     parser.add_argument("--value-bytes", type=int, default=1024)
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--modes", type=_modes, default=["plain", "outbox"])

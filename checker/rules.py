@@ -263,6 +263,11 @@ def iter_round(
     stop = StopReason.END
     left: HalfEntry | None = None
     for entry in halves:
+        if half_end is not None and entry.offset >= half_end:
+            # Appended during this round (its own put-back copies, or new halves):
+            # offsets say so whatever the clocks of the writers say.
+            stop, left = StopReason.FRESH, entry
+            break
         if now_ms() - started > rules.max_process_ms:
             stop, left = StopReason.TIME_BUDGET, entry
             break

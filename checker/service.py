@@ -79,7 +79,7 @@ class Checker:
         self.settings = settings
         self.topics = settings.topics
         self._clock = clock
-        self._resolver = resolver
+        self._resolver = resolver or _database_resolver(settings, clock)
         self._rules = RoundRules(
             transaction_timeout_ms=settings.transaction_timeout_ms,
             check_max=settings.check_max,
@@ -399,3 +399,18 @@ class Checker:
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
+
+
+def _database_resolver(settings: CheckerSettings, clock: Callable[[], float]) -> Resolver | None:
+    if not settings.resolve_from_db:
+        return None
+    from checker.db_resolver import DatabaseResolver
+
+    return DatabaseResolver(
+        settings.resolve_from_db,
+        settings.topics,
+        table=settings.db_table,
+        schema=settings.db_schema,
+        grace_seconds=settings.db_grace_seconds,
+        clock=clock,
+    )

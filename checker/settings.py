@@ -49,6 +49,19 @@ class CheckerSettings(KafkaSettings):
     kafka_transaction_timeout_ms: int = Field(
         30_000, ge=1000, description="Kafka transaction.timeout.ms of the round writer"
     )
+    resolve_from_db: str | None = Field(
+        None,
+        description="SQLAlchemy URL of the producers' transaction log: answer checks from it"
+        " (so transactions resolve with no producer running); asks the producers when it"
+        " cannot tell",
+    )
+    db_table: str = Field("outbox_transaction_log", description="transaction-log table name")
+    db_schema: str | None = Field(None, description="transaction-log table schema")
+    db_grace_seconds: float = Field(
+        60.0,
+        gt=0,
+        description="no log row and older than this: ROLLBACK (as the SQL listener's rule)",
+    )
     http_address: str = Field(
         "127.0.0.1:9464", description="host:port of /healthz, /readyz and /metrics ('' turns off)"
     )

@@ -30,7 +30,7 @@ import typer
 from confluent_kafka import (
     OFFSET_INVALID,
     Consumer,
-    ConsumerGroupTopicPartitions,
+    KafkaError,
     KafkaException,
     TopicPartition,
 )
@@ -109,7 +109,12 @@ def read_status(
     admin = AdminClient(client)
     counts = _partition_counts(admin, (topics.half, topics.op), timeout)
     half_count = counts[topics.half]
-    committed = _committed(admin, group, topics.half, half_count, timeout)
+    if counts[topics.op] != half_count:
+        raise TopicAdminError(
+            f"{topics.half} has {half_count} partitions but {topics.op} has "
+            f"{counts[topics.op]}; they must match (half partition p pairs with op partition p)"
+        )
+    committed = _committed(client, group, topics.half, half_count, timeout)
     owners = _owners(admin, group, topics.half, timeout)
     status = CheckerStatus(group, topics.half, scan_limit=scan_limit)
     watermarks = Consumer({**client, "group.id": f"outbox-status-{group}"})
@@ -161,24 +166,73 @@ def _partition_counts(admin: AdminClient, names: tuple[str, ...], timeout: float
 
 
 def _committed(
-    admin: AdminClient, group: str, topic: str, partitions: int, timeout: float
+    client: dict[str, Any], group: str, topic: str, partitions: int, timeout: float
 ) -> dict[int, tuple[int, str | None]]:
-    """The group's committed offset and metadata per partition (stable: no open commit)."""
-    request = ConsumerGroupTopicPartitions(
-        group, [TopicPartition(topic, p) for p in range(partitions)]
+    """The group's committed offset and metadata per partition.
+
+    Read the way the checker reads them (``Consumer.committed`` with
+    ``read_committed``, which asks for stable offsets): a checkpoint inside a
+    checker transaction not committed yet is waited for, not shown as absent.
+    The consumer never subscribes, so it does not join the checker's group.
+    (The admin API's ``list_consumer_group_offsets`` was the first choice; with
+    librdkafka 2.16 it crashed the process, SIGSEGV, in 4 of 10 tries against a
+    broker still loading its group coordinator.)
+    """
+    consumer = Consumer(
+        {
+            **client,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
     )
+    wanted = [TopicPartition(topic, p) for p in range(partitions)]
+    deadline = time.monotonic() + timeout
+    pause = 0.1
     try:
-        (future,) = admin.list_consumer_group_offsets(
-            [request], require_stable=True, request_timeout=timeout
-        ).values()
-        result = future.result(timeout=timeout)
-    except KafkaException as exc:
-        raise KafkaUnavailableError(f"reading the offsets of group {group}: {exc}") from None
-    found: dict[int, tuple[int, str | None]] = {}
-    for tp in result.topic_partitions or []:
-        if tp.error is None and tp.offset != OFFSET_INVALID and tp.offset >= 0:
-            found[tp.partition] = (tp.offset, tp.metadata)
-    return found
+        while True:
+            problem: object = None
+            try:
+                result = consumer.committed(wanted, timeout=max(1.0, deadline - time.monotonic()))
+            except KafkaException as exc:
+                problem = exc.args[0]
+            else:
+                problem = next((tp.error for tp in result if tp.error is not None), None)
+                if problem is None:
+                    break
+            if not _retriable(problem):
+                raise KafkaUnavailableError(f"reading the offsets of group {group}: {problem}")
+            if time.monotonic() + pause > deadline:
+                raise KafkaUnavailableError(
+                    f"reading the offsets of group {group}: still {problem} after {timeout:g}s"
+                )
+            time.sleep(pause)
+            pause = min(pause * 2, 2.0)
+    finally:
+        consumer.close()
+    return {
+        tp.partition: (tp.offset, tp.metadata)
+        for tp in result
+        if tp.offset != OFFSET_INVALID and tp.offset >= 0
+    }
+
+
+_RETRIABLE = frozenset(
+    (
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.UNSTABLE_OFFSET_COMMIT,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError._TIMED_OUT,
+        KafkaError._TRANSPORT,
+    )
+)
+
+
+def _retriable(error: object) -> bool:
+    """Errors worth asking again (the broker's flag is not always set on admin results)."""
+    return isinstance(error, KafkaError) and (error.retriable() or error.code() in _RETRIABLE)
 
 
 def _owners(admin: AdminClient, group: str, topic: str, timeout: float) -> dict[int, str]:

@@ -19,6 +19,7 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
+from contextvars import ContextVar
 from types import TracebackType
 from typing import Any, Protocol, Self
 
@@ -71,7 +72,11 @@ class TransactionListener(Protocol):
     """The application's side of a transaction (RocketMQ's ``TransactionListener``)."""
 
     def execute_local_transaction(self, message: Message, arg: Any) -> LocalTransactionState:
-        """Run the local transaction of ``message``; say whether it committed."""
+        """Run the local transaction of ``message``; say whether it committed.
+
+        An exception counts as UNKNOW. To roll back and still report why, catch
+        it, call :func:`record_local_transaction_error` and answer ROLLBACK_MESSAGE.
+        """
         ...
 
     def check_local_transaction(self, message: Message) -> LocalTransactionState:
@@ -83,6 +88,28 @@ _RESOLUTIONS = {
     LocalTransactionState.COMMIT_MESSAGE: Resolution.COMMIT,
     LocalTransactionState.ROLLBACK_MESSAGE: Resolution.ROLLBACK,
 }
+
+_local_errors: ContextVar[list[BaseException] | None] = ContextVar(
+    "outbox_local_transaction_errors", default=None
+)
+
+
+def record_local_transaction_error(error: BaseException) -> bool:
+    """Keep ``error`` on the result of the send whose local transaction is running here.
+
+    Only an exception that escapes ``execute_local_transaction`` reaches
+    ``TransactionSendResult.local_transaction_error`` on its own, and an escaping
+    exception always means UNKNOW. A listener that catches the error and
+    answers ROLLBACK_MESSAGE itself (as :class:`outbox.sql.SqlTransactionListener`
+    does when the business function raises) calls this so the caller still
+    learns why. The last error recorded wins. Returns False, and does nothing,
+    when no send is running in this thread or task (a check, a direct call).
+    """
+    errors = _local_errors.get()
+    if errors is None:
+        return False
+    errors.append(error)
+    return True
 
 
 class TransactionProducer:
@@ -304,6 +331,8 @@ class TransactionProducer:
         stamped = dataclasses.replace(
             message, transaction_id=half.transaction_id, born_ms=half.born_ms
         )
+        recorded: list[BaseException] = []
+        token = _local_errors.set(recorded)
         try:
             answer = self.listener.execute_local_transaction(stamped, arg)
         except Exception as exc:
@@ -313,7 +342,10 @@ class TransactionProducer:
                 exc,
             )
             return LocalTransactionState.UNKNOW, exc
-        return _as_state(answer, half.transaction_id, "execute_local_transaction"), None
+        finally:
+            _local_errors.reset(token)
+        state = _as_state(answer, half.transaction_id, "execute_local_transaction")
+        return state, (recorded[-1] if recorded else None)
 
     # ------------------------------------------------------------------ ending
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import atexit
 import base64
 import contextlib
-import fcntl
 import json
 import logging
 import os
@@ -20,15 +19,14 @@ import secrets
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from outbox.dev import processes
+from outbox.dev import maven, processes
 
 KAFKA_VERSION = "4.1.1"
 SCALA_VERSION = "2.13"
@@ -39,7 +37,6 @@ DEPENDENCY_PLUGIN_VERSION = "3.8.1"
 
 DEFAULT_START_TIMEOUT = 90.0
 DEFAULT_STOP_GRACE = 30.0
-_MARKER = "resolved.txt"
 _BROKER_JAR_GLOB = f"kafka_{SCALA_VERSION}-*.jar"
 
 log = logging.getLogger(__name__)
@@ -95,84 +92,16 @@ def _pom_xml() -> str:
 """
 
 
-def _resolved_libs(home: Path) -> Path | None:
-    """The libs dir if a previous resolution completed and no jar has gone missing."""
-    marker = home / _MARKER
-    libs = home / "libs"
-    if not marker.is_file():
-        return None
-    names = [line for line in marker.read_text().splitlines() if line]
-    if not names or not all((libs / name).is_file() for name in names):
-        return None
-    return libs
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """Serialise resolution between processes (a CLI and a test run at once)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def ensure_kafka_jars() -> Path:
     """Directory with the broker's runtime classpath; runs Maven only the first time."""
-    home = kafka_home()
-    libs = _resolved_libs(home)
-    if libs is not None:
-        return libs
-    with _locked(home / ".lock"):
-        libs = _resolved_libs(home)  # another process may have finished meanwhile
-        if libs is not None:
-            return libs
-        return _resolve_with_maven(home)
-
-
-def _resolve_with_maven(home: Path) -> Path:
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise KafkaRuntimeError(
-            f"Maven ('mvn') is not on PATH; it is needed once to fetch the Kafka "
-            f"{KAFKA_VERSION} jars into {home}"
-        )
-    (home / "pom.xml").write_text(_pom_xml())
-    staging = home / "libs.partial"
-    shutil.rmtree(staging, ignore_errors=True)
-    argv = [
-        mvn,
-        "-q",
-        "-B",
-        "-f",
-        str(home / "pom.xml"),
-        "dependency:copy-dependencies",
-        "-DincludeScope=runtime",
-        f"-DoutputDirectory={staging}",
-    ]
-    print(f"resolving Kafka {KAFKA_VERSION} jars with Maven… ", end="", file=sys.stderr, flush=True)
-    began = time.monotonic()
-    try:
-        result = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
-    except subprocess.TimeoutExpired as exc:
-        print("timed out", file=sys.stderr)
-        raise KafkaRuntimeError(f"Maven did not finish within {exc.timeout}s") from exc
-    jars = sorted(p.name for p in staging.glob("*.jar")) if staging.is_dir() else []
-    if result.returncode != 0 or not any(staging.glob(_BROKER_JAR_GLOB)):
-        print("failed", file=sys.stderr)
-        tail = "\n".join((result.stdout + result.stderr).splitlines()[-40:])
-        raise KafkaRuntimeError(
-            f"Maven could not resolve org.apache.kafka:kafka_{SCALA_VERSION}:{KAFKA_VERSION} "
-            f"(exit {result.returncode}, pom {home / 'pom.xml'}):\n{tail}"
-        )
-    libs = home / "libs"
-    shutil.rmtree(libs, ignore_errors=True)
-    staging.rename(libs)
-    (home / _MARKER).write_text("\n".join(jars) + "\n")
-    print(f"done in {time.monotonic() - began:.1f}s", file=sys.stderr, flush=True)
-    return libs
+    return maven.ensure_resolved(
+        kafka_home(),
+        _pom_xml(),
+        what=f"Kafka {KAFKA_VERSION}",
+        coordinates=f"org.apache.kafka:kafka_{SCALA_VERSION}:{KAFKA_VERSION}",
+        required_glob=_BROKER_JAR_GLOB,
+        error=KafkaRuntimeError,
+    )
 
 
 def _check_libs(libs: Path) -> None:

@@ -69,14 +69,18 @@ class HeaderReader:
         offset: int | None = None,
     ) -> None:
         self._kind = kind
-        self._headers = headers
+        # Indexed once: a decode reads up to ten fields, and a checker decodes
+        # tens of thousands of halves a second.
+        self._values: dict[str, list[bytes | None]] = {}
+        for key, value in headers:
+            self._values.setdefault(key, []).append(value)
         self._where = {"topic": topic, "partition": partition, "offset": offset}
 
     def error(self, field: str, problem: str) -> MalformedRecordError:
         return MalformedRecordError(self._kind, field, problem, **self._where)
 
     def _raw(self, name: Header) -> bytes | None:
-        found = [value for key, value in self._headers if key == name.value]
+        found = self._values.get(name.value, ())
         if not found:
             return None
         if len(found) > 1:

@@ -1,4 +1,4 @@
-"""``outbox discard list|resume`` against a real broker: discards written by hand, halves read back."""
+"""``outbox discard list|resume`` on a real broker: discards written by hand, halves read back."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from outbox.protocol import (
     HalfRecord,
     Header,
     RawRecord,
+    RecordKind,
     TopicNames,
 )
 from outbox.reading import read_topic
@@ -171,9 +172,13 @@ def test_marker_is_a_record_of_its_own_kind_on_the_discard_topic(discards):
     markers = [ResumeMarker.from_record(raw) for raw in raws]
     (marker,) = [m for m in markers if m is not None]
     (marker_raw,) = [raw for raw in raws if raw.kind() is None]
+    (discard_raw,) = [raw for raw in raws if raw.kind() is RecordKind.DISCARD]
     assert dict(marker_raw.headers)[Header.KIND.value] == RESUMED_KIND.encode()
     assert (marker_raw.key, marker_raw.value) == (b"a", None)
-    assert (marker.discard_partition, marker.discard_offset) == (raws[0].partition, raws[0].offset)
+    assert (marker.discard_partition, marker.discard_offset) == (
+        discard_raw.partition,
+        discard_raw.offset,
+    )
 
 
 def test_malformed_is_refused_by_name_and_the_others_resumed(discards):

@@ -269,3 +269,14 @@ def test_ended_set_is_bounded():
     assert len(ended) == 1000
     assert "t0" not in ended
     assert "t1499" in ended
+
+
+def test_halves_appended_during_the_round_stop_it_whatever_their_timestamps():
+    """Copies the round itself appends may carry any clock; offsets decide."""
+    log = MemoryLog()
+    log.add_half(a_half("due"))
+    end = log.next_half_offset()
+    log.add_half(a_half("appended-later"), stored_ms=T0 - 120_000)  # an old-looking stamp
+    plan = run(log, half_end=end)
+    assert checked(plan) == ["due"]
+    assert plan.stop_reason is StopReason.FRESH

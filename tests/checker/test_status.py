@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from checker.round_writer import encode_checkpoint
 from checker.service import Checker
@@ -16,6 +17,7 @@ from checker.settings import CheckerSettings
 from checker.status import format_age, read_status
 from outbox.admin import ensure_topics, plan_topics
 from outbox.config import KafkaSettings
+from outbox.errors import TopicAdminError
 from outbox.protocol import HalfRecord, Header, OpRecord, Resolution, TopicNames
 
 pytestmark = pytest.mark.kafka
@@ -93,6 +95,32 @@ def test_counts_pending_from_the_checkpoints(setup, kafka_bootstrap):
     assert read_status(settings, group).partitions[0].pending == 3
 
 
+def test_a_checkpoint_in_an_open_transaction_is_waited_for(setup, kafka_bootstrap):
+    """A checker mid-chunk has an uncommitted checkpoint: status waits for it, not shows '-'."""
+    settings, writer = setup
+    group = f"{settings.topic_prefix}.checker"
+    writer.halves(0, half("a", NOW_MS - 60_000), half("b", NOW_MS - 60_000))
+    producer = Producer(
+        {"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{settings.topic_prefix}-c"}
+    )
+    member = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group})
+    try:
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        checkpoint = TopicPartition(settings.topics.half, 0, 1, metadata=encode_checkpoint(0))
+        producer.send_offsets_to_transaction([checkpoint], member.consumer_group_metadata(), 30)
+        found: dict[str, object] = {}
+        reader = threading.Thread(target=lambda: found.update(s=read_status(settings, group)))
+        reader.start()
+        time.sleep(2)
+        producer.commit_transaction(30)
+        reader.join(60)
+    finally:
+        member.close()
+    part = found["s"].partitions[0]  # type: ignore[attr-defined]
+    assert (part.half_checkpoint, part.op_checkpoint, part.pending) == (1, 0, 1)
+
+
 def test_scan_limit_makes_a_lower_bound(setup):
     settings, writer = setup
     writer.halves(1, *(half(f"t{i}", NOW_MS - 60_000) for i in range(7)))
@@ -146,13 +174,14 @@ def test_agrees_with_a_real_checker_round(setup, kafka_bootstrap):
             checker.poll_membership(0.2)
         assert checker.owned_partitions() == [0, 1]
         report = checker.run_round()
+        status = read_status(settings, checker_settings.group_id)
     finally:
         checker.close()
     p0 = report.partitions[0]
     assert (p0.checks_sent, p0.skipped_ended) == (2, 1)
 
-    status = read_status(settings, checker_settings.group_id)
     part = status.partitions[0]
+    assert part.owner  # the replica holding the partition, while it runs
     assert (part.half_checkpoint, part.op_checkpoint) == (p0.half_checkpoint, p0.op_checkpoint)
     # The two put-back copies wait for their answers; the ended one is settled.
     assert (part.pending, part.oldest_pending_born_ms) == (2, NOW_MS - 60_000)
@@ -187,6 +216,16 @@ def test_command_names_missing_topics(kafka_bootstrap, unique_prefix):
     assert result.returncode == 1
     assert f"topic {unique_prefix}.half does not exist" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_half_and_op_partition_counts_must_match(kafka_bootstrap, kafka_admin, unique_prefix):
+    topics = TopicNames(unique_prefix)
+    futures = kafka_admin.create_topics([NewTopic(topics.half, 2, 1), NewTopic(topics.op, 3, 1)])
+    for future in futures.values():
+        future.result(30)
+    settings = KafkaSettings(bootstrap_servers=kafka_bootstrap, topic_prefix=unique_prefix)
+    with pytest.raises(TopicAdminError, match=r"has 2 partitions but .* has 3"):
+        read_status(settings, "nobody")
 
 
 @pytest.mark.parametrize(

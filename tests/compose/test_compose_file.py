@@ -27,7 +27,7 @@ DOCKERFILE = REPO / "Dockerfile"
 
 KAFKA = "kafka"
 POSTGRES = "postgres"
-APP_SERVICES = ("checker", "spark-sink", "demo")
+APP_SERVICES = ("topics-init", "checker", "spark-sink", "demo")
 DATABASE_SERVICES = ("checker", "demo")
 POSTGRES_CONTAINER_PORT = 5432
 
@@ -167,6 +167,10 @@ def dependency_problems(compose: Compose) -> list[str]:
                 "healthcheck"
             ):
                 problems.append(f"{name} waits for {target} to be healthy; it has no healthcheck")
+            elif settings.get("condition") == "service_completed_successfully" and all_services[
+                target
+            ].get("restart") in ("always", "unless-stopped"):
+                problems.append(f"{name} waits for {target} to complete; it restarts for ever")
     return problems
 
 
@@ -268,6 +272,95 @@ def topic_prefix_problems(compose: Compose) -> list[str]:
     return []
 
 
+CHECKER = "checker"
+TOPICS_INIT = "topics-init"
+
+
+def checker_problems(compose: Compose) -> list[str]:
+    """The checker runs for good, after the topics exist, with a probe on its HTTP port.
+
+    The probe must hit the port ``OUTBOX_HTTP_ADDRESS`` binds, on an address
+    other containers (Prometheus) can reach; the slim image has no curl.
+    """
+    all_services = services(compose)
+    checker = all_services.get(CHECKER, {})
+    init = all_services.get(TOPICS_INIT, {})
+    problems = []
+    if checker.get("command") != ["checker"]:
+        problems.append(f"checker: command {checker.get('command')!r} is not ['checker']")
+    init_command = init.get("command") or []
+    if init_command[:2] != ["topics", "create"]:
+        problems.append(f"{TOPICS_INIT}: command {init_command!r} does not create the topics")
+    waits = depends_on(checker).get(TOPICS_INIT, {}).get("condition")
+    if waits != "service_completed_successfully":
+        problems.append(f"checker does not wait for {TOPICS_INIT} to complete (condition {waits})")
+    address = env(compose, CHECKER).get("OUTBOX_HTTP_ADDRESS", "")
+    host, _, port = address.rpartition(":")
+    if host not in ("0.0.0.0", "::", "[::]") or not port.isdigit():
+        problems.append(f"checker: OUTBOX_HTTP_ADDRESS {address!r} is not reachable off-container")
+    test = (checker.get("healthcheck") or {}).get("test") or []
+    probe = " ".join(test) if isinstance(test, list) else str(test)
+    if f":{port}/healthz" not in probe:
+        problems.append(f"checker: healthcheck {probe!r} does not hit /healthz on port {port}")
+    if "curl" in probe or "wget" in probe:
+        problems.append("checker: healthcheck uses curl/wget, which python:3.11-slim lacks")
+    return problems
+
+
+SPARK_SINK = "spark-sink"
+
+
+def _mount_targets(service: dict[str, Any]) -> list[str]:
+    targets = []
+    for volume in service.get("volumes") or []:
+        if isinstance(volume, dict):
+            targets.append(str(volume.get("target", "")))
+        elif ":" in str(volume):
+            targets.append(str(volume).split(":")[1])
+    return [target.rstrip("/") for target in targets if target]
+
+
+def spark_sink_problems(compose: Compose) -> list[str]:
+    """The sink runs ``outbox sink`` with flags it knows, its table and checkpoint on a volume.
+
+    The command's flags are parsed by the real ``outbox sink`` (nothing runs),
+    so a typo fails here, not as a container in a restart loop; a table or a
+    checkpoint outside a volume would vanish with the container.
+    """
+    import typer
+
+    from outbox.cli import app
+
+    service = services(compose).get(SPARK_SINK, {})
+    command = [str(part) for part in service.get("command") or []]
+    if command[:1] != ["sink"]:
+        return [f"{SPARK_SINK}: command {command!r} does not run `outbox sink`"]
+    sink = typer.main.get_command(app).commands["sink"]  # type: ignore[attr-defined]
+    try:
+        params = sink.make_context("sink", command[1:]).params
+    except Exception as exc:  # click's usage errors (typer ships its own click)
+        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+        return [f"{SPARK_SINK}: {message}"]
+    sink_env = env(compose, SPARK_SINK)
+
+    def setting(name: str) -> str | None:
+        return params.get(name) or sink_env.get(f"OUTBOX_SINK_{name.upper()}")
+
+    problems = []
+    if bool(setting("topics")) == bool(setting("pattern")):
+        problems.append(f"{SPARK_SINK}: give exactly one of --topics and --pattern")
+    mounts = _mount_targets(service)
+    for name in ("output", "checkpoint"):
+        path = setting(name)
+        if not path:
+            problems.append(f"{SPARK_SINK}: no --{name}")
+        elif not any(path == m or path.startswith(f"{m}/") for m in mounts):
+            problems.append(
+                f"{SPARK_SINK}: --{name} {path} is not on a volume; it would go with the container"
+            )
+    return problems
+
+
 CHECKS: list[Callable[[Compose], list[str]]] = [
     service_problems,
     bootstrap_problems,
@@ -277,6 +370,8 @@ CHECKS: list[Callable[[Compose], list[str]]] = [
     build_problems,
     single_node_kafka_problems,
     topic_prefix_problems,
+    checker_problems,
+    spark_sink_problems,
 ]
 
 
@@ -317,6 +412,22 @@ def _depend(name: str, target: str) -> Callable[[Compose], None]:
     return mutate
 
 
+def _wait_for_completion(name: str, target: str) -> Callable[[Compose], None]:
+    def mutate(compose: Compose) -> None:
+        services(compose)[name]["depends_on"] = {
+            target: {"condition": "service_completed_successfully"}
+        }
+
+    return mutate
+
+
+def _set(name: str, key: str, value: Any) -> Callable[[Compose], None]:
+    def mutate(compose: Compose) -> None:
+        services(compose)[name][key] = value
+
+    return mutate
+
+
 def _build_from(name: str, context: str) -> Callable[[Compose], None]:
     def mutate(compose: Compose) -> None:
         services(compose)[name]["build"] = context
@@ -326,6 +437,7 @@ def _build_from(name: str, context: str) -> Callable[[Compose], None]:
 
 BREAKAGES: list[tuple[str, Callable[[Compose], list[str]], Callable[[Compose], None], str]] = [
     ("missing demo", service_problems, _drop_service("demo"), "demo"),
+    ("missing topics-init", service_problems, _drop_service("topics-init"), "topics-init"),
     (
         "host-side listener",
         bootstrap_problems,
@@ -346,7 +458,13 @@ BREAKAGES: list[tuple[str, Callable[[Compose], list[str]], Callable[[Compose], N
     ),
     ("duplicate host port", host_port_problems, _publish("demo", "29092:8080"), "29092"),
     ("unknown dependency", dependency_problems, _depend("demo", "zookeeper"), "zookeeper"),
-    ("unhealthy dependency", dependency_problems, _depend("demo", "checker"), "healthcheck"),
+    ("unhealthy dependency", dependency_problems, _depend("demo", "topics-init"), "healthcheck"),
+    (
+        "waits for a service that never completes",
+        dependency_problems,
+        _wait_for_completion("demo", "checker"),
+        "restarts for ever",
+    ),
     (
         "wrong database password",
         database_url_problems,
@@ -387,10 +505,62 @@ BREAKAGES: list[tuple[str, Callable[[Compose], list[str]], Callable[[Compose], N
         "CLUSTER_ID",
     ),
     (
+        "checker still a placeholder",
+        checker_problems,
+        _set("checker", "command", ["topics", "create"]),
+        "command",
+    ),
+    (
+        "checker starts before the topics exist",
+        checker_problems,
+        _set("checker", "depends_on", {"kafka": {"condition": "service_healthy"}}),
+        "topics-init",
+    ),
+    (
+        "probe on loopback only",
+        checker_problems,
+        _set_env("checker", "OUTBOX_HTTP_ADDRESS", "127.0.0.1:9464"),
+        "OUTBOX_HTTP_ADDRESS",
+    ),
+    (
+        "probe on another port",
+        checker_problems,
+        _set_env("checker", "OUTBOX_HTTP_ADDRESS", "0.0.0.0:9999"),
+        "/healthz on port 9999",
+    ),
+    (
+        "probe with curl",
+        checker_problems,
+        _set(
+            "checker",
+            "healthcheck",
+            {"test": ["CMD", "curl", "-f", "http://127.0.0.1:9464/healthz"]},
+        ),
+        "curl",
+    ),
+    (
         "prefix drift",
         topic_prefix_problems,
         _set_env("spark-sink", "OUTBOX_TOPIC_PREFIX", "other"),
         "OUTBOX_TOPIC_PREFIX",
+    ),
+    (
+        "sink still a placeholder",
+        spark_sink_problems,
+        _set("spark-sink", "command", ["--help"]),
+        "outbox sink",
+    ),
+    (
+        "sink flag typo",
+        spark_sink_problems,
+        _set("spark-sink", "command", ["sink", "--pattern", "x.*", "--ouput", "/t"]),
+        "--ouput",
+    ),
+    (
+        "sink table in the container",
+        spark_sink_problems,
+        _set("spark-sink", "volumes", []),
+        "not on a volume",
     ),
 ]
 
@@ -422,7 +592,8 @@ def test_dockerfile_builds_the_cli_image_as_a_non_root_user() -> None:
         if line.strip() and not line.lstrip().startswith("#")
     ]
     assert instructions[0] == "FROM python:3.11-slim"
-    assert any(re.search(r"pip install [\"']?\.\[postgres\]", line) for line in instructions)
+    assert any(re.search(r"pip install [\"']?\.\[postgres,spark\]", line) for line in instructions)
+    assert any("openjdk-17-jre-headless" in line for line in instructions)
     users = [line.split(None, 1)[1] for line in instructions if line.startswith("USER ")]
     assert users, "the image would run as root"
     assert users[-1].split(":")[0] not in {"root", "0"}
@@ -442,7 +613,10 @@ def test_dockerignore_keeps_what_pip_install_needs() -> None:
     assert {".git", ".venv"} <= ignored
 
 
-def test_checker_placeholder_creates_the_topics(compose: Compose) -> None:
-    """Until `outbox checker` exists the checker service runs `outbox topics create`."""
-    command = services(compose)["checker"]["command"]
-    assert command[:2] in (["topics", "create"], ["checker"])
+def test_checker_runs_after_the_topics_are_created(compose: Compose) -> None:
+    """topics-init creates the topics once; the checker starts after it exits 0."""
+    assert services(compose)[TOPICS_INIT]["command"][:2] == ["topics", "create"]
+    assert services(compose)[CHECKER]["command"] == ["checker"]
+    assert depends_on(services(compose)[CHECKER])[TOPICS_INIT] == {
+        "condition": "service_completed_successfully"
+    }

@@ -1,5 +1,6 @@
-"""The README's first command works: ``outbox demo`` end to end on a real local broker."""
+"""The README's first command works: ``outbox demo`` end to end, invariants checked."""
 
+import re
 import subprocess
 import sys
 
@@ -8,12 +9,19 @@ import pytest
 pytestmark = pytest.mark.kafka
 
 
-def test_demo_round_trips_every_record_kind():
+def test_demo_runs_the_whole_pipeline_and_its_invariants_hold():
     result = subprocess.run(
-        [sys.executable, "-m", "outbox", "demo"], capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "outbox", "demo"], capture_output=True, text=True, timeout=600
     )
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     last = result.stdout.strip().splitlines()[-1]
-    assert last == "demo: kinds=5 written=5 read_back=5 round_trip=ok"
-    for kind in ("half", "real", "op", "check", "discard"):
-        assert f"│ {kind} " in result.stdout
+    found = re.fullmatch(
+        r"demo: committed=(\d+) rolled_back=(\d+) resolved_by_check=(\d+) "
+        r"sink_rows=(\d+) duplicates=0 lost=0",
+        last,
+    )
+    assert found, last
+    committed, rolled_back, resolved, sink_rows = map(int, found.groups())
+    assert committed == sink_rows > 0
+    assert rolled_back > 0
+    assert resolved == 4

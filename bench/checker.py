@@ -1,0 +1,691 @@
+"""``make bench-checker``: how fast the checker walks a backlog, and what memory it needs.
+
+Two measurements, each on topics of its own (one half partition, so the rate
+is a per-partition figure):
+
+* **scan rate**: 100 000 pending halves (1 KiB values, born ten minutes ago, so
+  every one is due) are written with a plain idempotent producer; a
+  :class:`~outbox.producer.TransactionProducer` of the halves' producer group
+  runs meanwhile with a listener that answers every check with COMMIT at once,
+  as a live service would. :class:`checker.service.Checker` then runs rounds
+  in-process, back to back, until its half checkpoint has passed the backlog.
+  The figure is the checker's: check requests sent per second of round time
+  (``RoundReport.seconds``, so joining the group is not counted). Afterwards the
+  ops the producer wrote are counted, to show every check was real and answered.
+* **peak RSS**: 1 000 000 pending halves (100 B values, to keep the write
+  short) are walked by a checker in a child process
+  (``python -m bench.checker_driver``); its peak resident set (VmHWM) is the
+  figure, read from ``/proc`` while it runs and reported by the child at exit.
+
+Why the clock is *not* skewed by default: a half is due when its born time is
+older than the transaction timeout, and halves written here are born in the
+past, so a real clock makes them all due. A clock skewed forward also moves
+the round's start past the put-back copies the round itself writes; the rule
+"stored after the round began: stop" then never fires, and the round chases
+its own copies (re-checking unanswered ones) until the time budget is spent,
+measuring re-checks rather than the backlog. ``--clock-skew-seconds`` is there
+to see that effect.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import logging
+import os
+import platform
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import confluent_kafka
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+from rich.console import Console
+from rich.table import Table
+
+from bench.checker_driver import WalkResult, skewed_clock, walk_backlog
+from checker.settings import CheckerSettings
+from outbox.admin import TopicSpec, ensure_topics, plan_topics
+from outbox.console import make_console
+from outbox.dev.kafka import KAFKA_VERSION, LocalKafka, ensure_kafka_jars
+from outbox.protocol import HalfRecord, TopicNames
+from outbox.reading import read_topic
+
+GROUP = "bench-checker"
+RESULTS_PATH = Path(__file__).resolve().parent / "results" / "checker.json"
+BORN_AGO_MS = 600_000
+AIM_HALVES_PER_S = 20_000
+AIM_RSS_MB = 300
+NOISY_OTHER_CPU_PCT = 25.0
+
+
+# --------------------------------------------------------------------------- writing the backlog
+
+
+def write_halves(
+    console: Console,
+    bootstrap: str,
+    topics: TopicNames,
+    count: int,
+    value_bytes: int,
+    compression: str = "none",
+) -> float:
+    """``count`` due halves into half partition 0, as fast as a plain producer goes; seconds.
+
+    Uncompressed by default, as :mod:`outbox.half_writer` writes them: the
+    checker's memory depends on it (librdkafka holds ~55 MiB more while
+    reading big lz4 batches, measured), so the backlog should look like a real one.
+    """
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 50,
+            "batch.size": 900_000,
+            "compression.type": compression,
+            "queue.buffering.max.messages": 1_000_000,
+            "queue.buffering.max.kbytes": 1_048_576,
+        }
+    )
+    value = os.urandom(value_bytes)
+    run = uuid.uuid4().hex[:8]
+    born_ms = int(time.time() * 1000) - BORN_AGO_MS
+    step = max(1, count // 5)
+    began = time.monotonic()
+    for index in range(count):
+        half = HalfRecord(f"{run}-{index}", GROUP, f"{topics.prefix}.events", None, value, born_ms)
+        kwargs = half.to_record(topics, 0).produce_kwargs()
+        while True:
+            try:
+                producer.produce(**kwargs)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if (index + 1) % step == 0:
+            producer.poll(0)
+            console.print(f"    written {index + 1:,} of {count:,} halves", highlight=False)
+    if producer.flush(300) > 0:
+        raise RuntimeError("the backlog was not acknowledged within 300s")
+    return time.monotonic() - began
+
+
+def fresh_topics(bootstrap: str, name: str) -> TopicNames:
+    """Outbox topics (one partition each) no earlier run has touched."""
+    topics = TopicNames(f"bench-checker-{name}-{uuid.uuid4().hex[:6]}")
+    specs = [
+        *plan_topics(topics, 1, 1, (GROUP,)),
+        TopicSpec(f"{topics.prefix}.events", 1, 1),
+    ]
+    ensure_topics(AdminClient({"bootstrap.servers": bootstrap}), specs)
+    return topics
+
+
+def drop_topics(bootstrap: str, topics: TopicNames) -> None:
+    names = [*topics.fixed, topics.check(GROUP), f"{topics.prefix}.events"]
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the futures resolve
+    for future in admin.delete_topics(names).values():
+        try:
+            future.result(30)
+        except Exception as exc:  # best effort: leftovers only cost disk
+            logging.getLogger(__name__).warning("could not delete a bench topic: %s", exc)
+
+
+# --------------------------------------------------------------------------- CPU accounting
+
+
+def _host_busy_seconds() -> float | None:
+    """CPU seconds every process on the host has used, from /proc/stat."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = stat.readline().split()
+    except OSError:
+        return None
+    ticks = [int(v) for v in fields[1:9]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def _pid_cpu_seconds(pid: int | None) -> float | None:
+    if pid is None:
+        times = os.times()
+        return times.user + times.system
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class CpuWindow:
+    """CPU use of this process, the broker and everything else over a stretch of time."""
+
+    broker_pid: int | None
+    _began: float = 0.0
+    _mine: float | None = None
+    _broker: float | None = None
+    _host: float | None = None
+    pct: dict[str, float | None] = field(default_factory=dict)
+
+    def __enter__(self) -> CpuWindow:
+        self._began = time.monotonic()
+        self._mine = _pid_cpu_seconds(None)
+        self._broker = _pid_cpu_seconds(self.broker_pid) if self.broker_pid else None
+        self._host = _host_busy_seconds()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        wall = max(1e-9, time.monotonic() - self._began)
+
+        def pct(before: float | None, after: float | None) -> float | None:
+            if before is None or after is None:
+                return None
+            return round(100 * (after - before) / wall, 1)
+
+        mine = pct(self._mine, _pid_cpu_seconds(None))
+        broker = pct(self._broker, _pid_cpu_seconds(self.broker_pid) if self.broker_pid else None)
+        host = pct(self._host, _host_busy_seconds())
+        other = (
+            None
+            if host is None or mine is None
+            else round(max(0.0, host - mine - (broker or 0)), 1)
+        )
+        self.pct = {"bench_process": mine, "broker": broker, "other": other}
+
+
+# --------------------------------------------------------------------------- (a) scan rate
+
+
+@dataclass
+class ScanResult:
+    halves: int
+    value_bytes: int
+    write_seconds: float
+    walk: WalkResult
+    halves_per_s: float
+    checks_answered: int | None
+    ops_written: int | None
+    answer_wait_seconds: float | None
+    cpu_pct: dict[str, float | None]
+
+
+def scan_phase(
+    console: Console, options: Options, bootstrap: str, broker_pid: int | None
+) -> ScanResult:
+    topics = fresh_topics(bootstrap, "scan")
+    console.print(
+        f"[bold cyan]==>[/] (a) scan rate: writing {options.halves:,} due halves of "
+        f"{options.value_bytes} B to {topics.half}[0]",
+        highlight=False,
+    )
+    write_seconds = write_halves(
+        console, bootstrap, topics, options.halves, options.value_bytes, options.write_compression
+    )
+    console.print(f"    backlog written in {write_seconds:.1f}s", highlight=False)
+    answerer = (
+        _Answerer(bootstrap, topics.prefix, options.check_threads) if options.answer else None
+    )
+    checker_settings = CheckerSettings(
+        bootstrap_servers=bootstrap, topic_prefix=topics.prefix, http_address=""
+    )
+
+    def progress(result: WalkResult) -> None:
+        console.print(
+            f"    round {result.rounds}: checkpoint {result.half_checkpoint:,}, "
+            f"{result.checks_sent:,} checks in {result.round_seconds:.1f}s "
+            f"(stop: {result.stop_reasons[-1]})",
+            highlight=False,
+        )
+
+    answered = ops = wait = None
+    try:
+        if answerer is not None:
+            answerer.start()
+            console.print(
+                f"    producer group {GROUP} answering checks at once, in a process of its own "
+                f"({options.check_threads} check threads)",
+                highlight=False,
+            )
+        console.print("[bold cyan]==>[/] (a) walking the backlog (rounds back to back)")
+        with CpuWindow(broker_pid) as cpu:
+            walk = walk_backlog(
+                checker_settings,
+                target_offset=options.halves,
+                clock=skewed_clock(options.clock_skew_seconds),
+                progress=progress,
+            )
+        if answerer is not None:
+            wait = answerer.wait_for(walk.checks_sent)
+            answered = answerer.answered
+            console.print(
+                f"    producer answered {answered:,} of {walk.checks_sent:,} checks "
+                f"({wait:.1f}s after the walk)",
+                highlight=False,
+            )
+    finally:
+        if answerer is not None:
+            answerer.stop()
+    if answerer is not None:
+        ops = len(read_topic({"bootstrap.servers": bootstrap}, topics.op, timeout=300))
+        console.print(f"    verify: {ops:,} ops on {topics.op}", highlight=False)
+    if options.bootstrap_servers is not None:
+        drop_topics(bootstrap, topics)
+    return ScanResult(
+        halves=options.halves,
+        value_bytes=options.value_bytes,
+        write_seconds=round(write_seconds, 2),
+        walk=walk,
+        halves_per_s=round(walk.halves_per_s, 1),
+        checks_answered=answered,
+        ops_written=ops,
+        answer_wait_seconds=None if wait is None else round(wait, 1),
+        cpu_pct=cpu.pct,
+    )
+
+
+class _Answerer:
+    """The producer group, answering every check COMMIT, as a child process."""
+
+    def __init__(self, bootstrap: str, prefix: str, check_threads: int) -> None:
+        self._argv = [
+            sys.executable,
+            "-m",
+            "bench.checker_driver",
+            "--bootstrap-servers",
+            bootstrap,
+            "--prefix",
+            prefix,
+            "--answer-group",
+            GROUP,
+            "--check-threads",
+            str(check_threads),
+        ]
+        self._child: subprocess.Popen[str] | None = None
+        self._reader: threading.Thread | None = None
+        self._ready = threading.Event()
+        self.answered = 0
+
+    def start(self, timeout: float = 60.0) -> None:
+        self._child = subprocess.Popen(
+            self._argv, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1]
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        if not self._ready.wait(timeout):
+            self.stop()
+            raise RuntimeError(f"the answering producer did not start within {timeout:g}s")
+
+    def _read(self) -> None:
+        assert self._child is not None and self._child.stdout is not None
+        for line in self._child.stdout:
+            try:
+                message = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if message.get("ready"):
+                self._ready.set()
+            if "answered" in message:
+                self.answered = int(message["answered"])
+
+    def wait_for(self, sent: int, stall: float = 30.0) -> float:
+        """Until ``sent`` checks were answered, or none for ``stall`` s; seconds waited."""
+        began = time.monotonic()
+        last, last_change = -1, began
+        while self.answered < sent and time.monotonic() - last_change < stall:
+            if self.answered != last:
+                last, last_change = self.answered, time.monotonic()
+            time.sleep(0.5)
+        return time.monotonic() - began
+
+    def stop(self) -> None:
+        if self._child is None:
+            return
+        self._child.terminate()
+        try:
+            self._child.wait(60)
+        except subprocess.TimeoutExpired:
+            self._child.kill()
+            self._child.wait()
+        if self._reader is not None:
+            self._reader.join(5)
+
+
+# --------------------------------------------------------------------------- (b) peak RSS
+
+
+@dataclass
+class RssResult:
+    halves: int
+    value_bytes: int
+    write_seconds: float
+    walk: WalkResult | None
+    peak_rss_mb: float | None
+    peak_rss_polled_mb: float | None
+    halves_per_s: float | None
+    exit_code: int
+
+
+def _vm_hwm_mb(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def rss_phase(console: Console, options: Options, bootstrap: str) -> RssResult:
+    topics = fresh_topics(bootstrap, "rss")
+    console.print(
+        f"[bold cyan]==>[/] (b) peak RSS: writing {options.rss_halves:,} due halves of "
+        f"{options.rss_value_bytes} B to {topics.half}[0]",
+        highlight=False,
+    )
+    write_seconds = write_halves(
+        console,
+        bootstrap,
+        topics,
+        options.rss_halves,
+        options.rss_value_bytes,
+        options.write_compression,
+    )
+    console.print(f"    backlog written in {write_seconds:.1f}s", highlight=False)
+    argv = [
+        sys.executable,
+        "-m",
+        "bench.checker_driver",
+        "--bootstrap-servers",
+        bootstrap,
+        "--prefix",
+        topics.prefix,
+        "--target-offset",
+        str(options.rss_halves),
+        "--clock-skew-seconds",
+        str(options.clock_skew_seconds),
+    ]
+    if options.profile:
+        argv += ["--profile", str(options.profile)]
+    console.print(
+        "[bold cyan]==>[/] (b) a checker process walks it: python -m bench.checker_driver"
+    )
+    child = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1]
+    )
+    polled: list[float] = []
+    done = threading.Event()
+
+    def poll() -> None:
+        while not done.is_set():
+            value = _vm_hwm_mb(child.pid)
+            if value is not None:
+                polled.append(value)
+            done.wait(0.5)
+
+    poller = threading.Thread(target=poll, daemon=True)
+    poller.start()
+    walk: WalkResult | None = None
+    assert child.stdout is not None
+    for line in child.stdout:
+        try:
+            message = json.loads(line)
+        except json.JSONDecodeError:
+            console.print(f"    driver: {line.rstrip()}", highlight=False, markup=False)
+            continue
+        if "progress" in message:
+            console.print(
+                f"    checkpoint {message['progress']:,}, {message['checks']:,} checks, "
+                f"peak RSS so far {max(polled, default=0):.0f} MiB",
+                highlight=False,
+            )
+        elif "result" in message:
+            walk = WalkResult(**message["result"])
+    code = child.wait()
+    done.set()
+    poller.join(2)
+    if options.bootstrap_servers is not None:
+        drop_topics(bootstrap, topics)
+    peak = walk.peak_rss_mb if walk else None
+    return RssResult(
+        halves=options.rss_halves,
+        value_bytes=options.rss_value_bytes,
+        write_seconds=round(write_seconds, 2),
+        walk=walk,
+        peak_rss_mb=None if peak is None else round(peak, 1),
+        peak_rss_polled_mb=round(max(polled), 1) if polled else None,
+        halves_per_s=round(walk.halves_per_s, 1) if walk else None,
+        exit_code=code,
+    )
+
+
+# --------------------------------------------------------------------------- the bench
+
+
+@dataclass
+class Options:
+    halves: int
+    value_bytes: int
+    rss_halves: int
+    rss_value_bytes: int
+    clock_skew_seconds: float
+    answer: bool
+    check_threads: int
+    skip_rss: bool
+    write_compression: str
+    profile: Path | None
+    bootstrap_servers: str | None
+    json_path: Path
+
+
+def _fmt(value: float | None, spec: str = ",.0f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _table(scan: ScanResult, rss: RssResult | None) -> Table:
+    table = Table(title="checker: one half partition, one local broker")
+    for column in ("measure", "backlog", "rounds", "checks sent", "round s", "result", "aim"):
+        table.add_column(column, justify="right" if column != "measure" else "left")
+    verdict = "ok" if scan.halves_per_s >= AIM_HALVES_PER_S else "BELOW"
+    table.add_row(
+        "scan rate (halves/s)",
+        f"{scan.halves:,} x {scan.value_bytes} B",
+        str(scan.walk.rounds),
+        f"{scan.walk.checks_sent:,}",
+        f"{scan.walk.round_seconds:.1f}",
+        f"{scan.halves_per_s:,.0f}",
+        f">= {AIM_HALVES_PER_S:,} {verdict}",
+    )
+    if rss is not None and rss.walk is not None:
+        peak = rss.peak_rss_mb
+        verdict = "ok" if peak is not None and peak < AIM_RSS_MB else "ABOVE"
+        table.add_row(
+            "peak RSS (MiB)",
+            f"{rss.halves:,} x {rss.value_bytes} B",
+            str(rss.walk.rounds),
+            f"{rss.walk.checks_sent:,}",
+            f"{rss.walk.round_seconds:.1f}",
+            _fmt(peak, ".0f"),
+            f"< {AIM_RSS_MB} {verdict}",
+        )
+        table.add_row(
+            "  its scan rate (halves/s)",
+            "",
+            "",
+            "",
+            "",
+            _fmt(rss.halves_per_s),
+            "",
+        )
+    return table
+
+
+def run(console: Console, options: Options) -> int:
+    if options.bootstrap_servers:
+        return _run_against(console, options, options.bootstrap_servers, None)
+    console.print("[bold cyan]==>[/] resolving the Kafka broker jars", highlight=False)
+    ensure_kafka_jars()
+    console.print("[bold cyan]==>[/] starting a local Kafka broker", highlight=False)
+    with LocalKafka(heap="1g") as kafka:
+        console.print(
+            f"    broker up at {kafka.bootstrap_servers} in {kafka.last_start_seconds:.1f}s",
+            highlight=False,
+        )
+        try:
+            return _run_against(console, options, kafka.bootstrap_servers, kafka.pid)
+        finally:
+            # Clients in reference cycles would otherwise outlive the broker and
+            # log "connection refused" while the process exits.
+            gc.collect()
+
+
+def _run_against(console: Console, options: Options, bootstrap: str, broker_pid: int | None) -> int:
+    began = time.monotonic()
+    scan = scan_phase(console, options, bootstrap, broker_pid)
+    rss = None if options.skip_rss else rss_phase(console, options, bootstrap)
+    other = scan.cpu_pct.get("other") or 0.0
+    if other > NOISY_OTHER_CPU_PCT:
+        console.print(
+            f"[yellow]note:[/] other processes used {other:.0f}% CPU during the walk "
+            f"({os.cpu_count()} CPUs); the scan rate is noisier than on a quiet machine",
+            highlight=False,
+        )
+    console.print(_table(scan, rss))
+    problems = _problems(scan, rss)
+    for problem in problems:
+        console.print(f"[red]problem:[/] {problem}", highlight=False)
+    _write_json(options, bootstrap, scan, rss, problems, time.monotonic() - began)
+    console.print(f"results written to {options.json_path}", highlight=False)
+    rss_mb = rss.peak_rss_mb if rss else None
+    console.print(
+        f"bench-checker: halves_per_s={scan.halves_per_s:.0f} "
+        f"rss_mb_at_1m={'nan' if rss_mb is None else f'{rss_mb:.0f}'}",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
+    return 1 if problems else 0
+
+
+def _problems(scan: ScanResult, rss: RssResult | None) -> list[str]:
+    """Correctness, not speed: the walk must send one check per pending half, no more."""
+    problems = []
+    if scan.walk.half_checkpoint < scan.halves:
+        problems.append(f"scan: checkpoint {scan.walk.half_checkpoint} short of {scan.halves}")
+    if scan.walk.checks_sent != scan.halves:
+        problems.append(f"scan: {scan.walk.checks_sent} checks sent for {scan.halves} halves")
+    if rss is not None:
+        if rss.exit_code != 0 or rss.walk is None:
+            problems.append(f"rss: the checker process exited {rss.exit_code}")
+        elif rss.walk.half_checkpoint < rss.halves:
+            problems.append(f"rss: checkpoint {rss.walk.half_checkpoint} short of {rss.halves}")
+    return problems
+
+
+def _write_json(
+    options: Options,
+    bootstrap: str,
+    scan: ScanResult,
+    rss: RssResult | None,
+    problems: list[str],
+    elapsed: float,
+) -> None:
+    document = {
+        "bench": "checker",
+        "created_unix": round(time.time(), 3),
+        "elapsed_seconds": round(elapsed, 1),
+        "config": {
+            **{k: str(v) if isinstance(v, Path) else v for k, v in asdict(options).items()},
+            "local_broker": options.bootstrap_servers is None,
+            "bootstrap_servers": bootstrap,
+            "half_partitions": 1,
+            "checker_defaults": "RocketMQ's (CheckerSettings)",
+        },
+        "environment": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "confluent_kafka": confluent_kafka.version()[0],
+            "librdkafka": confluent_kafka.libversion()[0],
+            "kafka": KAFKA_VERSION,
+        },
+        "scan": asdict(scan),
+        "rss": None if rss is None else asdict(rss),
+        "summary": {
+            "halves_per_s": scan.halves_per_s,
+            "rss_mb_at_1m": rss.peak_rss_mb if rss else None,
+            "aim_halves_per_s": AIM_HALVES_PER_S,
+            "aim_rss_mb": AIM_RSS_MB,
+        },
+        "problems": problems,
+    }
+    options.json_path.parent.mkdir(parents=True, exist_ok=True)
+    options.json_path.write_text(json.dumps(document, indent=2) + "\n")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> Options:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.checker",
+        description="Checker scan rate over a backlog of due halves, and its peak RSS.",
+    )
+    parser.add_argument("--halves", type=int, default=100_000, help="backlog of the scan rate")
+    parser.add_argument("--value-bytes", type=int, default=1024)
+    parser.add_argument("--rss-halves", type=int, default=1_000_000, help="backlog of the RSS")
+    parser.add_argument("--rss-value-bytes", type=int, default=100)
+    parser.add_argument(
+        "--clock-skew-seconds",
+        type=float,
+        default=0.0,
+        help="run the checker with its clock this far ahead (see the module docstring)",
+    )
+    parser.add_argument(
+        "--no-answer",
+        dest="answer",
+        action="store_false",
+        help="no producer group answering the checks during the scan",
+    )
+    parser.add_argument("--check-threads", type=int, default=16, help="the producer's")
+    parser.add_argument("--skip-rss", action="store_true", help="only the scan rate")
+    parser.add_argument(
+        "--write-compression",
+        default="none",
+        choices=("none", "lz4", "zstd", "snappy", "gzip"),
+        help="compression of the backlog's batches (the half writer uses none)",
+    )
+    parser.add_argument("--profile", type=Path, help="cProfile stats of the RSS walk, to here")
+    parser.add_argument(
+        "--bootstrap-servers", help="use this broker instead of starting a local one"
+    )
+    parser.add_argument("--json", dest="json_path", type=Path, default=RESULTS_PATH)
+    args = parser.parse_args(argv)
+    if min(args.halves, args.value_bytes, args.rss_halves, args.rss_value_bytes) < 1:
+        parser.error("counts and sizes must be positive")
+    return Options(
+        halves=args.halves,
+        value_bytes=args.value_bytes,
+        rss_halves=args.rss_halves,
+        rss_value_bytes=args.rss_value_bytes,
+        clock_skew_seconds=args.clock_skew_seconds,
+        answer=args.answer,
+        check_threads=args.check_threads,
+        skip_rss=args.skip_rss,
+        write_compression=args.write_compression,
+        profile=args.profile,
+        bootstrap_servers=args.bootstrap_servers,
+        json_path=args.json_path,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    options = parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    sys.exit(run(make_console(), options))
+
+
+if __name__ == "__main__":
+    main()

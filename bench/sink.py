@@ -1,0 +1,724 @@
+"""``make bench-sink``: how fast the Spark sink lands events, and how late they land.
+
+Two measurements, on a local Kafka broker (or ``--bootstrap-servers``) and a
+local Spark driver (``--master``, default ``local[*]``), with the sink's
+default settings (RocksDB state, Parquet, 8 state partitions):
+
+* **throughput** (``--once``): ``--events`` real records of ``--value-bytes``
+  (default 100 000 of 1 KiB) are put on a fresh topic first, then one
+  available-now run of the sink writes them to Parquet; rows per second is the
+  event count over that run's wall time (query start to finish, planning and
+  the no-data batch included, driver start-up not). The records are written
+  the way a commit writes them (real topic, ``outbox-transaction-id`` and
+  ``outbox-producer-group`` headers, inside Kafka transactions) but straight
+  from a transactional producer, because the sink only ever sees the real
+  records and the producer's own speed is ``make bench-producer``'s subject.
+* **delay** (continuous): with the sink running (``--trigger``, default 0s:
+  one micro-batch after the other), :class:`~outbox.producer.TransactionProducer`
+  commits events at ``--rate`` per second for ``--live-seconds``. An event's
+  delay runs from ``send_message_in_transaction`` returning COMMITTED to the
+  moment the file sink commits the batch that holds it (the new entry in the
+  table's ``_spark_metadata`` log, which is when a Spark reader first sees the
+  row). Median and p99 over every event of the run.
+
+Both runs check the table afterwards: every event exactly once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import logging
+import math
+import os
+import platform
+import re
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+from rich.console import Console
+from rich.table import Table
+
+from outbox.admin import TopicSpec, ensure_topics, plan_topics
+from outbox.console import make_console
+from outbox.dev.kafka import KAFKA_VERSION, LocalKafka, ensure_kafka_jars
+from outbox.message import EndStatus, LocalTransactionState, Message
+from outbox.producer import TransactionProducer
+from outbox.protocol import Header, TopicNames
+from outbox.settings import ProducerSettings
+
+PREFIX = "bench-sink"
+GROUP = "bench-sink"
+RESULTS_PATH = Path(__file__).resolve().parent / "results" / "sink.json"
+LOAD_TRANSACTION_SIZE = 2000
+WARMUP_EVENTS = 20
+NOISY_OTHER_CPU_PCT = 25.0
+
+
+@dataclass
+class Options:
+    """The parsed command line; one object so every step sees the same choices."""
+
+    events: int
+    value_bytes: int
+    partitions: int
+    rate: float
+    live_seconds: float
+    live_senders: int
+    trigger: str
+    master: str
+    shuffle_partitions: int
+    bootstrap_servers: str | None
+    json_path: Path
+    keep_dir: bool
+
+
+@dataclass
+class OnceRun:
+    """One ``--once`` run of the sink over the loaded topic."""
+
+    jvm: str
+    run_seconds: float
+    rows_per_s: float
+    batches: int
+    rows_written: int
+    batch_seconds: list[float]
+    table_rows: int
+    table_distinct_ids: int
+    cpu: dict[str, float | None] = field(default_factory=dict)
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.table_rows == self.table_distinct_ids == self.rows_written
+
+
+@dataclass
+class Throughput:
+    """The same events written twice: by a fresh driver JVM, then by a warmed-up one."""
+
+    events: int
+    load_seconds: float
+    cold: OnceRun
+    warm: OnceRun
+
+    @property
+    def rows_per_s(self) -> float:
+        return self.warm.rows_per_s
+
+
+@dataclass
+class Delay:
+    trigger: str
+    rate: float
+    seconds: float
+    events: int
+    committed: int
+    landed: int
+    batches: int
+    delay_p50_ms: float | None
+    delay_p99_ms: float | None
+    delay_max_ms: float | None
+    batch_p50_ms: float | None
+    table_rows: int
+    table_distinct_ids: int
+    send_errors: int = 0
+    cpu: dict[str, float | None] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- CPU
+
+
+def _host_cpu_seconds() -> float | None:
+    """CPU seconds every process on the host has used (all CPUs), from /proc/stat."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = stat.readline().split()
+    except OSError:
+        return None
+    ticks = [int(v) for v in fields[1:9]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def _process_cpu_seconds(pid: int | None) -> float | None:
+    """User+system CPU seconds of ``pid`` (or this process), from /proc on Linux."""
+    if pid is None:
+        times = os.times()
+        return times.user + times.system
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@contextmanager
+def cpu_usage(pids: dict[str, int | None]) -> Iterator[dict[str, float | None]]:
+    """% of one core used by this process, each named pid and everything else meanwhile.
+
+    "other" is noise: other tenants of a shared machine, which slow every number here.
+    """
+    result: dict[str, float | None] = {}
+    began = time.monotonic()
+    host = _host_cpu_seconds()
+    before = {"bench": _process_cpu_seconds(None)} | {
+        name: _process_cpu_seconds(pid) for name, pid in pids.items() if pid
+    }
+    yield result
+    wall = max(1e-6, time.monotonic() - began)
+    host_after = _host_cpu_seconds()
+    after = {"bench": _process_cpu_seconds(None)} | {
+        name: _process_cpu_seconds(pid) for name, pid in pids.items() if pid
+    }
+    for name, start in before.items():
+        end = after.get(name)
+        result[name] = None if start is None or end is None else round(100 * (end - start) / wall)
+    if host is not None and host_after is not None:
+        ours = sum(v for v in result.values() if v is not None)
+        result["other"] = max(0.0, round(100 * (host_after - host) / wall - ours))
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def percentile_ms(values: Sequence[float], q: float) -> float | None:
+    """Nearest-rank percentile of ``values`` (seconds), in milliseconds."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return round(ordered[rank - 1] * 1000, 1)
+
+
+def _local(path: str) -> str:
+    """A file URI or path, as a plain absolute path, so two spellings compare equal."""
+    return os.path.normpath(
+        urlparse(path).path if "://" in path or path.startswith("file:") else path
+    )
+
+
+def _jvm_pid(spark: Any) -> int | None:
+    gateway = getattr(spark.sparkContext, "_gateway", None)
+    proc = getattr(gateway, "proc", None)
+    return getattr(proc, "pid", None)
+
+
+def load_events(bootstrap: str, topic: str, count: int, value_bytes: int) -> float:
+    """``count`` committed real records on ``topic``, as commits write them; seconds taken."""
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": f"bench-sink-load-{uuid.uuid4().hex}",
+            "linger.ms": 20,
+            "batch.size": 1_000_000,
+            "compression.type": "none",
+        }
+    )
+    value = os.urandom(value_bytes)
+    began = time.monotonic()
+    producer.init_transactions(60)
+    for start in range(0, count, LOAD_TRANSACTION_SIZE):
+        producer.begin_transaction()
+        for i in range(start, min(count, start + LOAD_TRANSACTION_SIZE)):
+            headers = [
+                (Header.TRANSACTION_ID.value, uuid.uuid4().hex.encode()),
+                (Header.PRODUCER_GROUP.value, GROUP.encode()),
+            ]
+            while True:
+                try:
+                    producer.produce(topic, value=value, key=str(i).encode(), headers=headers)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+        producer.commit_transaction(120)
+    return time.monotonic() - began
+
+
+def table_ids(spark: Any, path: str) -> list[str]:
+    return [
+        row.transaction_id for row in spark.read.parquet(path).select("transaction_id").collect()
+    ]
+
+
+# --------------------------------------------------------------------------- throughput
+
+
+def measure_throughput(
+    console: Console,
+    spark: Any,
+    options: Options,
+    bootstrap: str,
+    work: Path,
+    broker_pid: int | None,
+) -> Throughput:
+
+    topic = f"{PREFIX}-{uuid.uuid4().hex[:6]}.events"
+    ensure_topics(
+        AdminClient({"bootstrap.servers": bootstrap}), [TopicSpec(topic, options.partitions, 1)]
+    )
+    console.print(
+        f"[bold cyan]==>[/] loading {options.events:,} events of {options.value_bytes} B "
+        f"onto {topic} ({options.partitions} partitions)",
+        highlight=False,
+    )
+    load_seconds = load_events(bootstrap, topic, options.events, options.value_bytes)
+    console.print(f"    loaded in {load_seconds:.1f}s", highlight=False)
+
+    runs = [
+        once_run(console, spark, options, bootstrap, topic, work / jvm, broker_pid, jvm)
+        for jvm in ("cold", "warm")
+    ]
+    return Throughput(
+        events=options.events, load_seconds=round(load_seconds, 2), cold=runs[0], warm=runs[1]
+    )
+
+
+def once_run(
+    console: Console,
+    spark: Any,
+    options: Options,
+    bootstrap: str,
+    topic: str,
+    work: Path,
+    broker_pid: int | None,
+    jvm: str,
+) -> OnceRun:
+    """``outbox sink --once`` over ``topic`` into a new table, timed from start to finish.
+
+    The first run in a driver pays for class loading, JIT compilation and code
+    generation (what a cron-started ``--once`` pays every time); the second
+    shows the steady state a continuously running sink works at.
+    """
+    from spark_sink import BatchProgress, run_sink
+    from spark_sink.settings import SinkSettings
+
+    settings = SinkSettings(
+        bootstrap_servers=bootstrap,
+        topics=(topic,),
+        output=str(work / "table"),
+        checkpoint=str(work / "checkpoint"),
+        once=True,
+        shuffle_partitions=options.shuffle_partitions,
+        topic_prefix=PREFIX,
+    )
+    batches: list[BatchProgress] = []
+
+    def report(batch: BatchProgress) -> None:
+        batches.append(batch)
+        console.print(f"    {batch.line()}", highlight=False)
+
+    console.print(f"[bold cyan]==>[/] sink --once into Parquet ({jvm} JVM)", highlight=False)
+    with cpu_usage({"spark": _jvm_pid(spark), "broker": broker_pid}) as cpu:
+        began = time.monotonic()
+        summary = run_sink(settings, spark, on_progress=report)
+        run_seconds = time.monotonic() - began
+    ids = table_ids(spark, settings.output)
+    return OnceRun(
+        jvm=jvm,
+        run_seconds=round(run_seconds, 2),
+        rows_per_s=round(summary.rows_written / run_seconds, 1),
+        batches=summary.batches,
+        rows_written=summary.rows_written,
+        batch_seconds=[round(b.duration_ms / 1000, 2) for b in batches],
+        table_rows=len(ids),
+        table_distinct_ids=len(set(ids)),
+        cpu=cpu,
+    )
+
+
+# --------------------------------------------------------------------------- delay
+
+
+class CommitWatcher(threading.Thread):
+    """Notes when each batch of the file sink's ``_spark_metadata`` log appears.
+
+    Spark writes each log entry atomically (write, then rename), so the moment
+    the file is there is the moment a reader of the table can see the batch.
+    """
+
+    def __init__(self, table: Path) -> None:
+        super().__init__(name="bench-sink-watcher", daemon=True)
+        self.log_dir = table / "_spark_metadata"
+        self.seen: dict[str, float] = {}
+        self.stop = threading.Event()
+        self.started_at = 0.0
+
+    def run(self) -> None:
+        self.poll()  # batches committed before the measured run: not timed
+        self.started_at = time.time()
+        while not self.stop.is_set():
+            self.poll()
+            time.sleep(0.01)
+        self.poll()
+
+    def poll(self) -> None:
+        try:
+            names = os.listdir(self.log_dir)
+        except FileNotFoundError:
+            return
+        now = time.time()
+        for name in names:
+            if re.fullmatch(r"\d+(\.compact)?", name) and name not in self.seen:
+                self.seen[name] = now
+
+    def file_visible_at(self) -> dict[str, float]:
+        """Each data file of the table → when the batch that added it became visible."""
+        visible: dict[str, float] = {}
+        for name, at in sorted(self.seen.items(), key=lambda item: int(item[0].split(".")[0])):
+            lines = (self.log_dir / name).read_text().splitlines()[1:]
+            for line in lines:
+                entry = json.loads(line)
+                path = _local(entry["path"])
+                if entry.get("action", "add") == "add" and path not in visible:
+                    visible[path] = at
+        return visible
+
+
+def measure_delay(
+    console: Console,
+    spark: Any,
+    options: Options,
+    bootstrap: str,
+    work: Path,
+    broker_pid: int | None,
+) -> Delay:
+    from pyspark.sql import functions as F
+
+    from spark_sink import start_sink
+    from spark_sink.settings import SinkSettings
+
+    names = TopicNames(f"{PREFIX}-{uuid.uuid4().hex[:6]}")
+    topic = f"{names.prefix}.live"
+    ensure_topics(
+        AdminClient({"bootstrap.servers": bootstrap}),
+        [
+            *plan_topics(names, options.partitions, 1, (GROUP,)),
+            TopicSpec(topic, options.partitions, 1),
+        ],
+    )
+    table = work / "live" / "table"
+    settings = SinkSettings(
+        bootstrap_servers=bootstrap,
+        topics=(topic,),
+        output=str(table),
+        checkpoint=str(work / "live" / "checkpoint"),
+        once=False,
+        trigger=options.trigger,
+        shuffle_partitions=options.shuffle_partitions,
+        topic_prefix=names.prefix,
+    )
+    producer_settings = ProducerSettings(bootstrap_servers=bootstrap, topic_prefix=names.prefix)
+    listener = _CommitAtOnce()
+    committed_at: dict[str, float] = {}
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+    value = os.urandom(options.value_bytes)
+
+    console.print(
+        f"[bold cyan]==>[/] continuous sink (trigger {options.trigger}) on {topic}", highlight=False
+    )
+    run = start_sink(settings, spark)
+    watcher = CommitWatcher(table)
+    with TransactionProducer(GROUP, listener, producer_settings) as producer:
+        for i in range(WARMUP_EVENTS):
+            producer.send_message_in_transaction(Message(topic, value, key=f"warm-{i}"))
+        if not run.wait_until(lambda s: s.rows_written >= WARMUP_EVENTS, 180):
+            raise RuntimeError(f"the warm-up events did not land within 180s: {run.summary}")
+        console.print(
+            f"    warmed up; committing {options.rate:g} events/s for {options.live_seconds:g}s "
+            f"from {options.live_senders} threads",
+            highlight=False,
+        )
+        watcher.start()
+        batches_before = run.summary.batches
+
+        def sender(index: int) -> None:
+            interval = options.live_senders / options.rate
+            began = time.monotonic()
+            seq = 0
+            while True:
+                due = began + seq * interval + index * interval / options.live_senders
+                if due - began >= options.live_seconds:
+                    return
+                time.sleep(max(0.0, due - time.monotonic()))
+                seq += 1
+                try:
+                    result = producer.send_message_in_transaction(
+                        Message(topic, value, key=f"{index}:{seq}")
+                    )
+                except Exception as exc:
+                    with lock:
+                        errors.append(exc)
+                    continue
+                done = time.time()
+                if result.end_status is EndStatus.COMMITTED:
+                    with lock:
+                        committed_at[result.transaction_id] = done
+
+        threads = [
+            threading.Thread(target=sender, args=(i,), name=f"bench-sink-sender-{i}", daemon=True)
+            for i in range(options.live_senders)
+        ]
+        with cpu_usage({"spark": _jvm_pid(spark), "broker": broker_pid}) as cpu:
+            for thread in threads:
+                thread.start()
+            while any(thread.is_alive() for thread in threads):
+                run.wait(timeout=0.5)
+            expected = WARMUP_EVENTS + len(committed_at)
+            landed = run.wait_until(lambda s: s.rows_written >= expected, 120)
+        time.sleep(0.2)
+        watcher.stop.set()
+        watcher.join(5)
+        summary = run.stop()
+    if not landed:
+        console.print(f"[red]not every event landed:[/] {summary}", highlight=False)
+
+    visible = watcher.file_visible_at()
+    rows = (
+        spark.read.parquet(str(table))
+        .select("transaction_id", F.input_file_name().alias("file"))
+        .collect()
+    )
+    delays = []
+    for row in rows:
+        at = visible.get(_local(row.file))
+        if row.transaction_id in committed_at and at is not None:
+            delays.append(at - committed_at[row.transaction_id])
+    ids = [row.transaction_id for row in rows]
+    batch_times = sorted(at for at in watcher.seen.values() if at > watcher.started_at)
+    gaps = [later - earlier for earlier, later in itertools.pairwise(batch_times)]
+    return Delay(
+        trigger=options.trigger,
+        rate=options.rate,
+        seconds=options.live_seconds,
+        events=len(committed_at) + len(errors),
+        committed=len(committed_at),
+        landed=len(delays),
+        batches=summary.batches - batches_before,
+        delay_p50_ms=percentile_ms(delays, 50),
+        delay_p99_ms=percentile_ms(delays, 99),
+        delay_max_ms=percentile_ms(delays, 100),
+        batch_p50_ms=percentile_ms(gaps, 50),
+        table_rows=len(ids),
+        table_distinct_ids=len(set(ids)),
+        send_errors=len(errors),
+        cpu=cpu,
+    )
+
+
+class _CommitAtOnce:
+    """A local transaction with no work: commits."""
+
+    def execute_local_transaction(self, message: Message, arg: Any) -> LocalTransactionState:
+        return LocalTransactionState.COMMIT_MESSAGE
+
+    def check_local_transaction(self, message: Message) -> LocalTransactionState:
+        return LocalTransactionState.COMMIT_MESSAGE
+
+
+# --------------------------------------------------------------------------- the bench
+
+
+def _fmt(value: float | None, spec: str = ".0f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _cpu(cpu: dict[str, float | None]) -> str:
+    return " ".join(f"{name} {_fmt(value)}" for name, value in cpu.items())
+
+
+def _table(throughput: Throughput, delay: Delay, options: Options) -> Table:
+    table = Table(
+        title=(
+            f"Spark sink: Kafka → Parquet ({options.value_bytes} B values, {options.partitions} "
+            f"partitions, master {options.master}, {options.shuffle_partitions} state partitions)"
+        )
+    )
+    for column in ("measurement", "value", "detail"):
+        table.add_column(column, justify="right" if column == "value" else "left")
+    for run in (throughput.warm, throughput.cold):
+        ok = run.exactly_once and run.rows_written == throughput.events
+        table.add_row(
+            f"--once rows/s ({run.jvm})",
+            f"{run.rows_per_s:,.0f}",
+            f"{run.rows_written:,} events in {run.run_seconds:.1f}s, batches of "
+            f"{' + '.join(f'{b:.1f}' for b in run.batch_seconds)}s; table {run.table_rows:,} rows "
+            f"({'exactly once' if ok else 'MISMATCH'})",
+        )
+        table.add_row("  cpu % of a core", "", _cpu(run.cpu))
+    expected = WARMUP_EVENTS + delay.committed
+    ok_live = delay.table_rows == delay.table_distinct_ids == expected
+    detail = (
+        f"{delay.landed:,} of {delay.committed:,} events at {delay.rate:g}/s for "
+        f"{delay.seconds:g}s, trigger {delay.trigger}, {delay.batches} batches"
+    )
+    table.add_row("delay p50 ms", _fmt(delay.delay_p50_ms), detail)
+    table.add_row(
+        "delay p99 ms",
+        _fmt(delay.delay_p99_ms),
+        f"max {_fmt(delay.delay_max_ms)} ms; a batch every {_fmt(delay.batch_p50_ms)} ms (p50); "
+        f"table {delay.table_rows:,} rows ({'exactly once' if ok_live else 'MISMATCH'})",
+    )
+    table.add_row("  cpu % of a core", "", _cpu(delay.cpu))
+    return table
+
+
+def run(console: Console, options: Options) -> int:
+    if options.bootstrap_servers:
+        return _run_against(console, options, options.bootstrap_servers, None)
+    console.print("[bold cyan]==>[/] resolving the Kafka broker jars", highlight=False)
+    ensure_kafka_jars()
+    console.print("[bold cyan]==>[/] starting a local Kafka broker", highlight=False)
+    with LocalKafka(heap="1g") as kafka:
+        console.print(
+            f"    broker up at {kafka.bootstrap_servers} in {kafka.last_start_seconds:.1f}s",
+            highlight=False,
+        )
+        return _run_against(console, options, kafka.bootstrap_servers, kafka.pid)
+
+
+def _run_against(console: Console, options: Options, bootstrap: str, broker_pid: int | None) -> int:
+    from spark_sink.jars import connector_coordinates, ensure_spark_kafka_jars
+    from spark_sink.session import create_session
+
+    began = time.monotonic()
+    ensure_spark_kafka_jars()
+    console.print(f"[bold cyan]==>[/] starting Spark ({options.master})", highlight=False)
+    started = time.monotonic()
+    spark = create_session(options.master, "bench-sink", {"spark.ui.enabled": "false"})
+    session_seconds = time.monotonic() - started
+    console.print(f"    Spark {spark.version} up in {session_seconds:.1f}s", highlight=False)
+    work = Path(tempfile.mkdtemp(prefix="bench-sink-"))
+    try:
+        throughput = measure_throughput(console, spark, options, bootstrap, work, broker_pid)
+        delay = measure_delay(console, spark, options, bootstrap, work, broker_pid)
+        spark_version = spark.version
+    finally:
+        spark.stop()
+        if not options.keep_dir:
+            shutil.rmtree(work, ignore_errors=True)
+
+    busiest = max(
+        throughput.cold.cpu.get("other") or 0.0,
+        throughput.warm.cpu.get("other") or 0.0,
+        delay.cpu.get("other") or 0.0,
+    )
+    if busiest > NOISY_OTHER_CPU_PCT:
+        console.print(
+            f"[yellow]note:[/] other processes used up to {busiest:.0f}% CPU meanwhile "
+            f"({os.cpu_count()} CPUs); these numbers are noisier than on a quiet machine",
+            highlight=False,
+        )
+    console.print(_table(throughput, delay, options))
+    exact_once = all(
+        run.exactly_once and run.rows_written == options.events
+        for run in (throughput.cold, throughput.warm)
+    )
+    exact_live = delay.table_rows == delay.table_distinct_ids == WARMUP_EVENTS + delay.committed
+    document = {
+        "bench": "sink",
+        "created_unix": round(time.time(), 3),
+        "elapsed_seconds": round(time.monotonic() - began, 1),
+        "config": {
+            "events": options.events,
+            "value_bytes": options.value_bytes,
+            "partitions": options.partitions,
+            "rate": options.rate,
+            "live_seconds": options.live_seconds,
+            "live_senders": options.live_senders,
+            "trigger": options.trigger,
+            "master": options.master,
+            "shuffle_partitions": options.shuffle_partitions,
+            "local_broker": options.bootstrap_servers is None,
+        },
+        "environment": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "spark": spark_version,
+            "spark_kafka_connector": connector_coordinates(),
+            "kafka": KAFKA_VERSION,
+            "spark_session_start_seconds": round(session_seconds, 1),
+        },
+        "throughput": asdict(throughput) | {"rows_per_s": throughput.rows_per_s},
+        "delay": asdict(delay),
+        "verification": {"once_exactly_once": exact_once, "live_exactly_once": exact_live},
+        "summary": {
+            "rows_per_s": throughput.rows_per_s,
+            "rows_per_s_cold_jvm": throughput.cold.rows_per_s,
+            "delay_p50_ms": delay.delay_p50_ms,
+            "delay_p99_ms": delay.delay_p99_ms,
+        },
+    }
+    options.json_path.parent.mkdir(parents=True, exist_ok=True)
+    options.json_path.write_text(json.dumps(document, indent=2) + "\n")
+    console.print(f"results written to {options.json_path}", highlight=False)
+    console.print(
+        f"bench-sink: rows_per_s={throughput.rows_per_s:.0f} "
+        f"delay_p50_ms={_fmt(delay.delay_p50_ms)} delay_p99_ms={_fmt(delay.delay_p99_ms)}",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
+    return 0 if exact_once and exact_live and not delay.send_errors else 1
+
+
+def parse_args(argv: Sequence[str] | None = None) -> Options:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.sink",
+        description="Spark sink: rows/s into Parquet (--once), commit-to-row delay (continuous).",
+    )
+    parser.add_argument("--events", type=int, default=100_000, help="events for the --once run")
+    parser.add_argument("--value-bytes", type=int, default=1024)
+    parser.add_argument("--partitions", type=int, default=8, help="partitions of the topics")
+    parser.add_argument("--rate", type=float, default=100.0, help="events/s in the delay run")
+    parser.add_argument("--live-seconds", type=float, default=30.0, help="length of the delay run")
+    parser.add_argument("--live-senders", type=int, default=4, help="sender threads, delay run")
+    parser.add_argument("--trigger", default="0s", help="sink trigger in the delay run")
+    parser.add_argument("--master", default="local[*]", help="Spark master")
+    parser.add_argument("--shuffle-partitions", type=int, default=8, help="state partitions")
+    parser.add_argument(
+        "--bootstrap-servers", help="use this broker instead of starting a local one"
+    )
+    parser.add_argument("--json", dest="json_path", type=Path, default=RESULTS_PATH)
+    parser.add_argument("--keep-dir", action="store_true", help="keep the tables and checkpoints")
+    args = parser.parse_args(argv)
+    if min(args.events, args.value_bytes, args.partitions, args.live_senders) < 1:
+        parser.error("--events, --value-bytes, --partitions and --live-senders must be positive")
+    if args.rate <= 0 or args.live_seconds <= 0:
+        parser.error("--rate and --live-seconds must be positive")
+    return Options(
+        events=args.events,
+        value_bytes=args.value_bytes,
+        partitions=args.partitions,
+        rate=args.rate,
+        live_seconds=args.live_seconds,
+        live_senders=args.live_senders,
+        trigger=args.trigger,
+        master=args.master,
+        shuffle_partitions=args.shuffle_partitions,
+        bootstrap_servers=args.bootstrap_servers,
+        json_path=args.json_path,
+        keep_dir=args.keep_dir,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    options = parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    sys.exit(run(make_console(), options))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Revisions of the transaction-log table (a package, so wheels carry it)."""

@@ -1,0 +1,94 @@
+"""Engines from database URLs, with errors a person can act on.
+
+SQLAlchemy's own errors for a mistyped URL (``NoSuchModuleError: Can't load
+plugin: sqlalchemy.dialects:foo``) or a refused connection (a page of driver
+text) do not say what to do; these do. Only the engines the outbox creates
+itself (the ``outbox db`` commands, :meth:`SqlTransactionListener.from_url`)
+go through here: an application's own engine is used as given.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import URL, Connection, Engine
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
+
+from outbox.errors import ConfigurationError
+from outbox.sql.errors import DatabaseUnavailableError
+
+DATABASE_URL_ENV = "OUTBOX_DATABASE_URL"
+EXAMPLE_URLS = "sqlite:///outbox.db or postgresql+psycopg://USER:PASSWORD@HOST:5432/DB"
+CONNECT_TIMEOUT_SECONDS = 10
+"""libpq's default is to wait forever on a host that drops packets."""
+
+# The project ships psycopg 3; a bare postgresql:// would mean psycopg2.
+_DRIVER_ALIASES = {"postgresql": "postgresql+psycopg", "postgres": "postgresql+psycopg"}
+
+
+def parse_url(url: str | URL) -> URL:
+    """``url`` as a SQLAlchemy URL, ``postgresql://`` meaning the psycopg 3 driver."""
+    if isinstance(url, URL):
+        parsed = url
+    else:
+        if not isinstance(url, str) or not url.strip():
+            raise ConfigurationError(
+                f"no database URL: pass --url or set {DATABASE_URL_ENV}, e.g. {EXAMPLE_URLS}"
+            )
+        try:
+            parsed = sa.make_url(url.strip())
+        except ArgumentError:
+            raise ConfigurationError(
+                f"database URL {url!r} is not a URL; expected e.g. {EXAMPLE_URLS}"
+            ) from None
+    alias = _DRIVER_ALIASES.get(parsed.drivername)
+    return parsed.set(drivername=alias) if alias else parsed
+
+
+def describe_url(url: str | URL) -> str:
+    """The URL with its password masked, for messages and logs."""
+    try:
+        return parse_url(url).render_as_string(hide_password=True)
+    except ConfigurationError:
+        return "<invalid URL>"
+
+
+def create_engine(url: str | URL, **kwargs: Any) -> Engine:
+    """An engine for ``url``; an unknown scheme or a missing driver is a ConfigurationError.
+
+    No connection is made yet: use :func:`connect` for an error that says the
+    database is unreachable.
+    """
+    parsed = parse_url(url)
+    if parsed.get_backend_name() == "postgresql" and "connect_timeout" not in parsed.query:
+        kwargs.setdefault("connect_args", {}).setdefault("connect_timeout", CONNECT_TIMEOUT_SECONDS)
+    try:
+        return sa.create_engine(parsed, **kwargs)
+    except NoSuchModuleError:
+        raise ConfigurationError(
+            f"unsupported database URL scheme {parsed.drivername!r} in {describe_url(parsed)}; "
+            f"use e.g. {EXAMPLE_URLS}"
+        ) from None
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"the driver for {parsed.drivername!r} is not installed ({exc}); for PostgreSQL "
+            "install kafka-outbox[postgres] and use postgresql+psycopg://"
+        ) from None
+
+
+def connect(engine: Engine) -> Connection:
+    """``engine.connect()``, turning a refused or failed connection into one clear line."""
+    try:
+        return engine.connect()
+    except DBAPIError as exc:
+        raise unavailable(engine, exc) from None
+
+
+def unavailable(engine: Engine, exc: BaseException) -> DatabaseUnavailableError:
+    """A DatabaseUnavailableError for ``engine``, with the driver's first line of reason."""
+    reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    return DatabaseUnavailableError(
+        f"cannot reach the database at {describe_url(engine.url)}: "
+        f"{reason[0] if reason else type(exc).__name__}"
+    )

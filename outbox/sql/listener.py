@@ -1,0 +1,315 @@
+"""``SqlTransactionListener``: the local transaction as one SQLAlchemy transaction.
+
+The business change and a row in the transaction log are committed together,
+so a check-back becomes a lookup of that row. The answers, and why:
+
+========================================  ====================================
+``execute_local_transaction``
+business function and log insert commit   COMMIT_MESSAGE
+business function (or the insert) raises  ROLLBACK_MESSAGE: nothing was
+                                          committed; the error is kept on the
+                                          send result
+COMMIT itself fails, outcome unknown      UNKNOW: the server may have
+(connection lost mid-COMMIT)              committed; the check-back finds out
+``check_local_transaction``
+log row present                           COMMIT_MESSAGE
+no row, half older than the grace period  ROLLBACK_MESSAGE
+no row, half younger                      UNKNOW: the transaction may still
+                                          be running; the checker asks again
+the database fails or is unreachable      UNKNOW, never ROLLBACK: an error
+                                          says nothing about the outcome
+========================================  ====================================
+
+The grace period must exceed the longest local transaction (plus clock skew
+between the producer hosts of the group). As a second line of defence the
+helper refuses to commit a local transaction that has already run for the
+grace period: a check-back may have answered ROLLBACK for it by then.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, ProgrammingError
+from sqlalchemy.orm import Session, SessionTransaction
+
+from outbox.errors import ConfigurationError
+from outbox.message import LocalTransactionState, Message
+from outbox.producer import record_local_transaction_error
+from outbox.protocol import validate_producer_group
+from outbox.sql.engine import unavailable
+from outbox.sql.errors import (
+    CommitOutcomeUnknownError,
+    LocalTransactionMisuseError,
+    LocalTransactionTooSlowError,
+)
+from outbox.sql.log import (
+    DEFAULT_TABLE,
+    LogTarget,
+    missing_table_error,
+    table_exists,
+    transaction_log_table,
+    utc_from_timestamp,
+)
+
+log = logging.getLogger(__name__)
+
+BusinessFunction = Callable[[Session, Message, Any], object]
+"""``business(session, message, arg)``: the application's database work.
+
+It must not commit or roll back ``session``: the helper owns the transaction.
+Raise to roll back (the exception is kept on the send result), or return
+``LocalTransactionState.ROLLBACK_MESSAGE`` to roll back without an error;
+any other return value is ignored.
+"""
+
+DEFAULT_GRACE_SECONDS = 60.0
+"""Ten times RocketMQ's transaction timeout: the first check-back (after ~6 s)
+of a transaction still running answers UNKNOW, a later one decides."""
+
+COMMIT = LocalTransactionState.COMMIT_MESSAGE
+ROLLBACK = LocalTransactionState.ROLLBACK_MESSAGE
+UNKNOW = LocalTransactionState.UNKNOW
+
+
+class TransactionLogCheck:
+    """The check-back answer from the log table, shared by the listener and the checker.
+
+    The checker's resolve-from-database mode asks the very same question the
+    producers' listeners answer, so both use this one rule.
+    """
+
+    def __init__(
+        self,
+        session_factory: Callable[[], Session],
+        target: LogTarget,
+        *,
+        grace_seconds: float = DEFAULT_GRACE_SECONDS,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not grace_seconds > 0:
+            raise ConfigurationError(f"grace_seconds must be positive, got {grace_seconds!r}")
+        self.grace_seconds = float(grace_seconds)
+        self._session_factory = session_factory
+        self._target = target
+        self._clock = clock
+        table = transaction_log_table(target.table, target.schema)
+        self._lookup = sa.select(table.c.transaction_id).where(
+            table.c.transaction_id == sa.bindparam("transaction_id")
+        )
+
+    def answer(self, message: Message) -> LocalTransactionState:
+        """Look the transaction id up; no row means ROLLBACK only once the grace is over."""
+        transaction_id = message.transaction_id
+        try:
+            with self._session_factory() as session:
+                found = session.execute(self._lookup, {"transaction_id": transaction_id}).first()
+        except Exception as exc:
+            log.warning(
+                "transaction log lookup failed; answering UNKNOW transaction_id=%s error=%r",
+                transaction_id,
+                explain_database_error(exc, self._session_factory, self._target),
+            )
+            return UNKNOW
+        if found is not None:
+            return COMMIT
+        if message.born_ms is None:
+            log.warning("checked message has no born_ms; answering UNKNOW")
+            return UNKNOW
+        age = self._clock() - message.born_ms / 1000
+        return ROLLBACK if age >= self.grace_seconds else UNKNOW
+
+
+class SqlTransactionListener:
+    """A :class:`~outbox.producer.TransactionListener` backed by a SQLAlchemy database.
+
+    ``session_factory`` is anything that returns a new sync ``Session`` (a
+    ``sessionmaker``); ``group`` is the producer group, recorded on each log
+    row. ``clock`` (seconds since the epoch) is injectable for tests of the
+    grace-period rule. Thread-safe: every call uses its own session.
+    """
+
+    def __init__(
+        self,
+        session_factory: Callable[[], Session],
+        business: BusinessFunction,
+        *,
+        group: str,
+        table: str = DEFAULT_TABLE,
+        schema: str | None = None,
+        grace_seconds: float = DEFAULT_GRACE_SECONDS,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        validate_producer_group(group)
+        if not callable(session_factory) or not callable(business):
+            raise ConfigurationError("session_factory and business must be callables")
+        self.group = group
+        self.target = LogTarget(table, schema)
+        self._check = TransactionLogCheck(
+            session_factory, self.target, grace_seconds=grace_seconds, clock=clock
+        )
+        self.grace_seconds = self._check.grace_seconds
+        self._session_factory = session_factory
+        self._business = business
+        self._clock = clock
+        self._table = transaction_log_table(self.target.table, self.target.schema)
+
+    # ------------------------------------------------------------------ start-up
+
+    def verify(self) -> None:
+        """Fail fast, before the first send, if the database or the log table is missing.
+
+        Raises DatabaseUnavailableError or TransactionLogMissingError (naming
+        ``outbox db upgrade``). Sends would otherwise each roll back with that
+        error, which is harder to notice.
+        """
+        with self._session_factory() as session:
+            try:
+                exists = table_exists(session.connection(), self.target)
+            except DBAPIError as exc:
+                raise unavailable(session.get_bind(), exc) from None  # type: ignore[arg-type]
+            if not exists:
+                raise missing_table_error(self.target, session.get_bind().url)
+
+    # ------------------------------------------------------------------ execute
+
+    def execute_local_transaction(self, message: Message, arg: Any) -> LocalTransactionState:
+        """Run the business function and insert the log row in one database transaction."""
+        transaction_id = message.transaction_id
+        if not transaction_id:
+            raise ValueError("the message has no transaction_id: send it through a producer")
+        with self._session_factory() as session:
+            stage = "business"
+            try:
+                transaction = session.begin()
+                outcome = self._business(session, message, arg)
+                self._require_open(transaction, transaction_id)
+                if outcome is ROLLBACK:
+                    transaction.rollback()
+                    log.info("business function rolled back transaction_id=%s", transaction_id)
+                    return ROLLBACK
+                stage = "log"
+                session.execute(
+                    sa.insert(self._table).values(
+                        transaction_id=transaction_id,
+                        producer_group=self.group,
+                        created_at=utc_from_timestamp(self._clock()),
+                    )
+                )
+                session.flush()
+                self._require_in_time(message)
+            except Exception as exc:
+                _rollback_quietly(session)
+                error = self._explain(exc) if stage == "log" else exc
+                log.warning(
+                    "local transaction rolled back transaction_id=%s error=%r",
+                    transaction_id,
+                    error,
+                )
+                record_local_transaction_error(error)
+                return ROLLBACK
+            try:
+                transaction.commit()
+            except Exception as exc:
+                refused = _commit_refused(session, exc)
+                _rollback_quietly(session)
+                if refused:
+                    log.warning("commit refused transaction_id=%s error=%r", transaction_id, exc)
+                    record_local_transaction_error(exc)
+                    return ROLLBACK
+                log.error(
+                    "commit outcome unknown; left to the check-back transaction_id=%s error=%r",
+                    transaction_id,
+                    exc,
+                )
+                unknown = CommitOutcomeUnknownError(
+                    f"commit of {transaction_id} failed and may or may not have happened "
+                    f"(the check-back will find out): {exc}"
+                )
+                unknown.__cause__ = exc
+                record_local_transaction_error(unknown)
+                return UNKNOW
+        return COMMIT
+
+    def _require_open(self, transaction: SessionTransaction, transaction_id: str) -> None:
+        if not transaction.is_active:
+            raise LocalTransactionMisuseError(
+                f"the business function ended the database transaction of {transaction_id} "
+                "(session.commit() or rollback()), so its changes and the event are no longer "
+                "atomic; the helper commits them together with the log row: remove the "
+                "commit, and raise to roll back"
+            )
+
+    def _require_in_time(self, message: Message) -> None:
+        if message.born_ms is None:
+            return
+        age = self._clock() - message.born_ms / 1000
+        if age >= self.grace_seconds:
+            raise LocalTransactionTooSlowError(
+                f"local transaction of {message.transaction_id} ran {age:.1f}s, past the "
+                f"{self.grace_seconds:g}s grace period after which a check-back answers "
+                "ROLLBACK; rolled back instead of committed (raise grace_seconds)"
+            )
+
+    def _explain(self, exc: Exception) -> Exception:
+        return explain_database_error(exc, self._session_factory, self.target)
+
+    # ------------------------------------------------------------------ check
+
+    def check_local_transaction(self, message: Message) -> LocalTransactionState:
+        """Look the transaction id up; no row means ROLLBACK only once the grace is over."""
+        return self._check.answer(message)
+
+
+def explain_database_error(
+    exc: Exception, session_factory: Callable[[], Session], target: LogTarget
+) -> Exception:
+    """A missing log table is a setup error with a known fix; say so.
+
+    Only errors that name the table are probed ("no such table: X",
+    'relation "X" does not exist'): probing after a connection failure
+    would wait out a second connect timeout for nothing.
+    """
+    if not isinstance(exc, ProgrammingError | OperationalError):
+        return exc
+    if target.table not in str(exc):
+        return exc
+    try:
+        with session_factory() as probe:  # the failed session may be unusable
+            if table_exists(probe.connection(), target):
+                return exc
+            error = missing_table_error(target, probe.get_bind().url)
+    except Exception:
+        return exc
+    error.__cause__ = exc
+    return error
+
+
+def _rollback_quietly(session: Session) -> None:
+    """Roll back; a dead connection cannot, and the server drops its transaction anyway."""
+    try:
+        session.rollback()
+    except Exception as exc:
+        log.debug("rollback failed (connection lost?): %r", exc)
+
+
+def _commit_refused(session: Session, exc: Exception) -> bool:
+    """Whether the server answered COMMIT with a refusal, so nothing was committed.
+
+    Only a definite answer counts: a constraint checked at commit, a
+    serialization failure or deadlock (SQLSTATE class 40), SQLite's "database
+    is locked". Anything else, a lost connection above all, may have committed.
+    """
+    if isinstance(exc, IntegrityError):
+        return True
+    if not isinstance(exc, DBAPIError) or exc.connection_invalidated:
+        return False
+    sqlstate = getattr(exc.orig, "sqlstate", None) or ""
+    if sqlstate.startswith(("23", "40")):
+        return True
+    backend = session.get_bind().dialect.name
+    return backend == "sqlite" and isinstance(exc, OperationalError) and "locked" in str(exc)

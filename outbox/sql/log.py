@@ -1,0 +1,194 @@
+"""The transaction-log table: one row per committed local transaction.
+
+A row is inserted in the same database transaction as the business change, so
+"row present" is exactly "the local transaction committed", which is what a
+check-back asks. The table is defined here for queries; it is created and
+evolved only by the Alembic migrations (``outbox db upgrade``), never by
+``create_all``, so production schemas have one source of truth and a history.
+
+Rows are only needed while a check-back may still ask about their transaction;
+:func:`prune_transaction_log` deletes older ones in short batches.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from functools import lru_cache
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError
+
+from outbox.errors import ConfigurationError
+from outbox.protocol.records import MAX_TRANSACTION_ID_LENGTH
+from outbox.sql.engine import connect, describe_url, unavailable
+from outbox.sql.errors import TransactionLogMissingError
+
+DEFAULT_TABLE = "outbox_transaction_log"
+MAX_PRODUCER_GROUP_LENGTH = 249
+"""A producer group names a Kafka topic, so Kafka's topic-name limit bounds it."""
+
+MAX_TABLE_NAME_LENGTH = 48
+"""So that ``ix_<table>_created_at`` and ``<table>_version`` fit PostgreSQL's 63 bytes."""
+
+MIN_PRUNE_AGE = timedelta(hours=1)
+"""Pruning younger rows risks a wrong ROLLBACK: a check-back that finds no row
+for an old half answers ROLLBACK, even if the transaction had committed."""
+
+DEFAULT_PRUNE_BATCH = 1000
+
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def validate_identifier(name: str, what: str, max_length: int = 63) -> str:
+    """Plain identifiers only: they need no quoting in any database, nor in migrations."""
+    if not isinstance(name, str) or not _IDENTIFIER.match(name) or len(name) > max_length:
+        raise ConfigurationError(
+            f"{what} {name!r} is not a valid name: use letters, digits and '_' "
+            f"(not starting with a digit), at most {max_length} characters"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class LogTarget:
+    """Where the transaction log lives: a table name and an optional schema."""
+
+    table: str = DEFAULT_TABLE
+    schema: str | None = None
+
+    def __post_init__(self) -> None:
+        validate_identifier(self.table, "transaction-log table", MAX_TABLE_NAME_LENGTH)
+        if self.schema is not None:
+            validate_identifier(self.schema, "transaction-log schema")
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.schema}.{self.table}" if self.schema else self.table
+
+    @property
+    def version_table(self) -> str:
+        """Alembic's version table for this log: never the application's ``alembic_version``."""
+        return f"{self.table}_version"
+
+    def upgrade_hint(self, url: str | None = None) -> str:
+        """The command that creates this table, with the flags it needs."""
+        parts = ["outbox db upgrade"]
+        if url is not None:
+            parts.append(f"--url {url}")
+        if self.table != DEFAULT_TABLE:
+            parts.append(f"--table {self.table}")
+        if self.schema:
+            parts.append(f"--schema {self.schema}")
+        return "`" + " ".join(parts) + "`"
+
+
+@lru_cache(maxsize=64)
+def transaction_log_table(table: str = DEFAULT_TABLE, schema: str | None = None) -> sa.Table:
+    """The log table as SQLAlchemy metadata, for queries (the migrations create it).
+
+    Cached: the same name always yields the same Table object.
+    """
+    target = LogTarget(table, schema)
+    return sa.Table(
+        target.table,
+        sa.MetaData(),
+        sa.Column("transaction_id", sa.String(MAX_TRANSACTION_ID_LENGTH), nullable=False),
+        sa.Column("producer_group", sa.String(MAX_PRODUCER_GROUP_LENGTH), nullable=False),
+        sa.Column(
+            "created_at",
+            sa.DateTime(timezone=True),
+            nullable=False,
+            server_default=sa.func.current_timestamp(),
+        ),
+        sa.PrimaryKeyConstraint("transaction_id", name=f"{target.table}_pkey"),
+        sa.Index(f"ix_{target.table}_created_at", "created_at"),
+        schema=target.schema,
+    )
+
+
+def utc_from_timestamp(seconds: float) -> datetime:
+    """Log times are UTC: SQLite stores the digits without an offset."""
+    return datetime.fromtimestamp(seconds, UTC)
+
+
+def table_exists(connection: Connection, target: LogTarget) -> bool:
+    return sa.inspect(connection).has_table(target.table, schema=target.schema)
+
+
+def missing_table_error(target: LogTarget, url: object) -> TransactionLogMissingError:
+    shown = describe_url(url) if url is not None else None  # type: ignore[arg-type]
+    where = f" in {shown}" if shown else ""
+    return TransactionLogMissingError(
+        f"transaction-log table {target.qualified!r} does not exist{where}: "
+        f"run {target.upgrade_hint(shown)} first"
+    )
+
+
+def require_table(connection: Connection, target: LogTarget) -> None:
+    """Raise TransactionLogMissingError, naming the fix, unless the log table exists."""
+    if not table_exists(connection, target):
+        raise missing_table_error(target, connection.engine.url)
+
+
+@dataclass(frozen=True)
+class PruneResult:
+    deleted: int
+    batches: int
+    horizon: datetime
+
+
+def prune_transaction_log(
+    engine: Engine,
+    older_than: timedelta,
+    *,
+    batch_size: int = DEFAULT_PRUNE_BATCH,
+    target: LogTarget | None = None,
+    clock: Callable[[], float] = time.time,
+    minimum_age: timedelta = MIN_PRUNE_AGE,
+) -> PruneResult:
+    """Delete log rows created before ``now - older_than``, ``batch_size`` rows at a time.
+
+    Each batch is its own short transaction, so the service keeps inserting
+    while this runs: new rows are younger than the horizon and never touched,
+    and no lock is held for long. On PostgreSQL the batch skips rows another
+    pruner has locked (``FOR UPDATE SKIP LOCKED``), so two pruners do not queue.
+    ``older_than`` must be at least ``minimum_age``, see :data:`MIN_PRUNE_AGE`.
+    """
+    target = target or LogTarget()
+    if batch_size < 1:
+        raise ConfigurationError(f"batch size must be at least 1, got {batch_size}")
+    if older_than < minimum_age:
+        raise ConfigurationError(
+            f"refusing to prune rows younger than {minimum_age}: a check-back for a "
+            f"transaction whose row is gone answers ROLLBACK (asked for {older_than})"
+        )
+    horizon = utc_from_timestamp(clock()) - older_than
+    table = transaction_log_table(target.table, target.schema)
+    batch = (
+        sa.select(table.c.transaction_id)
+        .where(table.c.created_at < horizon)
+        .limit(batch_size)
+        .with_for_update(skip_locked=True)
+    )
+    delete = table.delete().where(table.c.transaction_id.in_(batch.scalar_subquery()))
+    with connect(engine) as connection:
+        require_table(connection, target)
+        connection.rollback()  # the inspection began a transaction; each batch begins its own
+        deleted = batches = 0
+        while True:
+            try:
+                with connection.begin():
+                    count = connection.execute(delete).rowcount
+            except DBAPIError as exc:
+                if exc.connection_invalidated:
+                    raise unavailable(engine, exc) from None
+                raise
+            batches += 1
+            deleted += count
+            if count < batch_size:
+                return PruneResult(deleted, batches, horizon)

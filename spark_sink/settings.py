@@ -1,0 +1,214 @@
+"""The sink job's settings: one typed object, every field an ``OUTBOX_SINK_*`` variable.
+
+The Kafka address and the outbox topic prefix are shared with every other
+component, so ``OUTBOX_BOOTSTRAP_SERVERS`` and ``OUTBOX_TOPIC_PREFIX`` work here
+too (the ``OUTBOX_SINK_`` names win when both are set). The same object drives
+``outbox sink`` and a ``spark-submit`` of :mod:`spark_sink.job`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from outbox.errors import ConfigurationError
+from outbox.protocol import DEFAULT_PREFIX, TopicNames, validate_topic_name
+
+_DURATION = re.compile(
+    r"^\s*(?P<number>\d+(?:\.\d+)?)\s*(?P<unit>ms|milliseconds?|s|secs?|seconds?|m|mins?|"
+    r"minutes?|h|hours?|d|days?)?\s*$",
+    re.IGNORECASE,
+)
+_UNIT_SECONDS = {"ms": 0.001, "mi": 60.0, "m": 60.0, "s": 1.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(text: str | float | int) -> float:
+    """``"10s"``, ``"500ms"``, ``"2 minutes"``, ``"1h"``, ``"1d"`` or plain seconds → seconds."""
+    if isinstance(text, int | float):
+        seconds = float(text)
+    else:
+        match = _DURATION.match(str(text))
+        if match is None:
+            raise ValueError(f"{text!r} is not a duration such as 500ms, 10s, 5m, 1h or 1d")
+        unit = (match["unit"] or "s").lower()
+        if unit.startswith("milli") or unit == "ms":
+            factor = _UNIT_SECONDS["ms"]
+        elif unit.startswith("min"):
+            factor = _UNIT_SECONDS["mi"]
+        else:
+            factor = _UNIT_SECONDS[unit[0]]
+        seconds = float(match["number"]) * factor
+    if seconds < 0:
+        raise ValueError(f"duration {text!r} is negative")
+    return seconds
+
+
+def spark_interval(seconds: float) -> str:
+    """Seconds as an interval string Spark parses (whole milliseconds)."""
+    return f"{round(seconds * 1000)} milliseconds"
+
+
+class SinkSettings(BaseSettings):
+    """Everything ``outbox sink`` can be told; see the README's "Spark sink" section."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="OUTBOX_SINK_", extra="forbid", populate_by_name=True
+    )
+
+    bootstrap_servers: str = Field(
+        # Environment names only: populate_by_name lets code pass bootstrap_servers=.
+        validation_alias=AliasChoices("OUTBOX_SINK_BOOTSTRAP_SERVERS", "OUTBOX_BOOTSTRAP_SERVERS"),
+        description="Kafka bootstrap servers, host:port[,host:port]",
+    )
+    topics: Annotated[tuple[str, ...], NoDecode] = Field(
+        (), description="real topics to read, comma-separated (or pattern)"
+    )
+    pattern: str | None = Field(None, description="Java regex of real topics to read (or topics)")
+    output: str = Field(description="path (or URI) of the table")
+    checkpoint: str = Field(description="path (or URI) of the query's checkpoint")
+    format: str = Field("parquet", description="Spark data source to write (parquet, orc, ...)")
+    once: bool = Field(False, description="read what is there now (available-now trigger), stop")
+    trigger: float = Field(
+        10.0, ge=0, description="seconds between micro-batches in continuous mode ('10s', '1m')"
+    )
+    starting_offsets: str = Field(
+        "earliest", description="where a new checkpoint starts: earliest, latest or Spark's JSON"
+    )
+    fail_on_data_loss: bool = Field(
+        True, description="fail when offsets are gone (retention, deleted topic) instead of skip"
+    )
+    dedup_window: float = Field(
+        3600.0,
+        gt=0,
+        description="how long (ingestion time) a transaction id is remembered ('1h', '7d')",
+    )
+    max_offsets_per_trigger: int | None = Field(
+        None, ge=1, description="cap on records per micro-batch (all available when unset)"
+    )
+    master: str | None = Field(
+        None, description="Spark master URL; default local[*] (or spark-submit's)"
+    )
+    shuffle_partitions: int = Field(
+        8, ge=1, description="state partitions of the de-duplication; fixed by the checkpoint"
+    )
+    state_store: Literal["rocksdb", "memory"] = Field(
+        "rocksdb", description="state store of the de-duplication: rocksdb (on disk) or memory"
+    )
+    topic_prefix: str = Field(
+        DEFAULT_PREFIX,
+        validation_alias=AliasChoices("OUTBOX_SINK_TOPIC_PREFIX", "OUTBOX_TOPIC_PREFIX"),
+        description="prefix of the outbox's own topics, which are never read as events",
+    )
+    kafka_options: dict[str, str] = Field(
+        default_factory=dict,
+        repr=False,
+        description="Java Kafka client properties (JSON object), e.g. SASL/SSL settings",
+    )
+    spark_conf: dict[str, str] = Field(
+        default_factory=dict, description="extra Spark configuration (JSON object)"
+    )
+    kafka_timeout_seconds: float = Field(
+        30.0, gt=0, description="how long the start-up check waits for the brokers"
+    )
+    app_name: str = Field("outbox-sink", description="Spark application name")
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _bootstrap_has_hosts(cls, value: str) -> str:
+        hosts = [h.strip() for h in value.split(",") if h.strip()]
+        if not hosts or any(":" not in h for h in hosts):
+            raise ValueError(f"expected host:port[,host:port], got {value!r}")
+        return ",".join(hosts)
+
+    @field_validator("topics", mode="before")
+    @classmethod
+    def _split_topics(cls, value: Any) -> Any:
+        if value is None:
+            return ()
+        if isinstance(value, str):
+            value = value.split(",")
+        return tuple(t.strip() for t in value if t and t.strip())
+
+    @field_validator("topics")
+    @classmethod
+    def _topics_are_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for topic in value:
+            validate_topic_name(topic)
+        return tuple(dict.fromkeys(value))
+
+    @field_validator("pattern", "master")
+    @classmethod
+    def _blank_is_none(cls, value: str | None) -> str | None:
+        return value if value and value.strip() else None
+
+    @field_validator("pattern")
+    @classmethod
+    def _pattern_compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"pattern {value!r} is not a regular expression: {exc}") from None
+        return value
+
+    @field_validator("trigger", "dedup_window", mode="before")
+    @classmethod
+    def _durations(cls, value: Any) -> float:
+        return parse_duration(value)
+
+    @field_validator("output", "checkpoint", "format", "starting_offsets", "app_name")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be empty")
+        return value.strip()
+
+    @field_validator("topic_prefix")
+    @classmethod
+    def _prefix_is_a_topic_name(cls, value: str) -> str:
+        return validate_topic_name(value, "topic prefix")
+
+    @model_validator(mode="after")
+    def _one_source_and_distinct_paths(self) -> Self:
+        if bool(self.topics) == bool(self.pattern):
+            raise ValueError("give exactly one of topics (--topics T1,T2) and pattern (--pattern)")
+        internal = [t for t in self.topics if TopicNames(self.topic_prefix).is_internal(t)]
+        if internal:
+            raise ValueError(
+                f"{', '.join(internal)}: outbox protocol topics hold halves and ops, not "
+                "committed events; read the real topics the events were sent to"
+            )
+        if self.output.rstrip("/") == self.checkpoint.rstrip("/"):
+            raise ValueError("output and checkpoint must be different paths")
+        return self
+
+    @property
+    def trigger_interval(self) -> str:
+        return spark_interval(self.trigger)
+
+    @property
+    def dedup_delay(self) -> str:
+        return spark_interval(self.dedup_window)
+
+
+def load_settings(**values: Any) -> SinkSettings:
+    """Settings from explicit values over the environment; one readable error otherwise."""
+    try:
+        return SinkSettings(**{k: v for k, v in values.items() if v is not None})
+    except ValidationError as exc:
+        raise settings_error(exc) from None
+
+
+def settings_error(exc: ValidationError) -> ConfigurationError:
+    """One readable line per problem, naming the field's ``OUTBOX_SINK_*`` variable."""
+    problems = []
+    for error in exc.errors():
+        message = str(error["msg"]).removeprefix("Value error, ")
+        field = ".".join(str(part) for part in error["loc"])
+        if field:
+            message = f"{field} (OUTBOX_SINK_{field.upper()}): {message}"
+        problems.append(message)
+    return ConfigurationError("invalid sink settings: " + "; ".join(problems))

@@ -1,0 +1,59 @@
+"""``outbox checker`` refuses bad settings with one line naming the flag's variable."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def checker(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("OUTBOX_")}
+    return subprocess.run(
+        [sys.executable, "-m", "outbox", "checker", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**clean, "OUTBOX_DEV_HOME": "/nonexistent-outbox-dev", **env},
+    )
+
+
+@pytest.mark.parametrize(
+    "args,env,message",
+    [
+        ((), {}, "bootstrap_servers (OUTBOX_BOOTSTRAP_SERVERS): Field required"),
+        (("--bootstrap-servers", "nohostport"), {}, "expected host:port"),
+        (("--bootstrap-servers", "h:1", "--check-max", "0"), {}, "OUTBOX_CHECK_MAX"),
+        (
+            ("--bootstrap-servers", "h:1"),
+            {"OUTBOX_CHECK_INTERVAL_SECONDS": "-1"},
+            "OUTBOX_CHECK_INTERVAL_SECONDS",
+        ),
+        (("--bootstrap-servers", "h:1", "--http-address", "nowhere"), {}, "expected host:port"),
+        (("--bootstrap-servers", "h:1", "--topic-prefix", "a/b"), {}, "topic prefix"),
+        (("--bootstrap-servers", "h:1", "-X", "novalue"), {}, "not KEY=VALUE"),
+        (
+            ("--bootstrap-servers", "h:1", "--resolve-from-db", "foo://x"),
+            {},
+            "unsupported database URL scheme",
+        ),
+    ],
+)
+def test_bad_settings_are_one_line_errors(args, env, message):
+    result = checker(*args, **env)
+    assert result.returncode == 1, result.stderr
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_help_lists_every_setting_with_its_variable():
+    from checker.settings import CheckerSettings
+
+    result = checker("--help", COLUMNS="200")
+    assert result.returncode == 0
+    for name in CheckerSettings.model_fields:
+        if name != "kafka_properties":
+            assert f"--{name.replace('_', '-')}" in result.stdout
+            assert f"OUTBOX_{name.upper()}" in result.stdout

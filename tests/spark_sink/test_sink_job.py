@@ -1,0 +1,98 @@
+"""The sink job on a real broker and real Spark: exactly the committed events, once each."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from outbox import LocalTransactionState
+from spark_sink import BatchProgress, run_sink, start_sink
+from tests.spark_sink.conftest import SinkTopics, read_table, sink_settings
+
+COMMIT = LocalTransactionState.COMMIT_MESSAGE
+ROLLBACK = LocalTransactionState.ROLLBACK_MESSAGE
+RUN_TIMEOUT = 120.0
+
+
+def test_only_committed_events_land(
+    spark: SparkSession, sink_topics: SinkTopics, tmp_path: Path
+) -> None:
+    committed = sink_topics.send(12, COMMIT)
+    rolled_back = sink_topics.send(4, ROLLBACK)
+    sink_topics.publish(
+        [(f"aborted-{i}".encode(), sink_topics.real_headers(f"aborted-{i}")) for i in range(5)],
+        abort=True,
+    )
+    settings = sink_settings(sink_topics, tmp_path)
+
+    summary = run_sink(settings, spark)
+
+    rows = read_table(spark, settings.output)
+    assert {row.transaction_id: row.value for row in rows} == sink_topics.sent
+    assert len(rows) == len(committed) == 12
+    assert not set(rolled_back) & {row.transaction_id for row in rows}
+    assert (summary.rows_in, summary.rows_written, summary.duplicates) == (12, 12, 0)
+    assert summary.without_id == 0 and summary.lag == 0
+    # Partitioned by topic and (UTC) date of the Kafka timestamp.
+    [topic_dir] = Path(settings.output).glob("topic=*")
+    assert topic_dir.name == f"topic={sink_topics.real_topic}"
+    assert [d.name[:5] for d in topic_dir.iterdir()] == ["date="]
+    assert {str(row.date) for row in rows} == {row.timestamp.strftime("%Y-%m-%d") for row in rows}
+
+
+def test_a_transaction_published_twice_lands_once_and_id_less_records_all_land(
+    spark: SparkSession, sink_topics: SinkTopics, tmp_path: Path
+) -> None:
+    [twice] = sink_topics.send(1, COMMIT)
+    # The second copy, as a duplicated end (a check-back racing a commit) writes it.
+    sink_topics.publish([(sink_topics.sent[twice], sink_topics.real_headers(twice))])
+    sink_topics.publish([(b"no-id-1", []), (b"no-id-2", [])])
+    batches: list[BatchProgress] = []
+
+    summary = run_sink(sink_settings(sink_topics, tmp_path), spark, on_progress=batches.append)
+
+    rows = read_table(spark, tmp_path / "table")
+    assert [row.transaction_id for row in rows if row.transaction_id] == [twice]
+    assert sorted(row.value for row in rows if row.transaction_id is None) == [
+        b"no-id-1",
+        b"no-id-2",
+    ], "records without an id are never de-duplicated together"
+    assert (summary.rows_in, summary.rows_written) == (4, 3)
+    assert (summary.duplicates, summary.without_id) == (1, 2)
+    assert "duplicates=1 without_id=2" in batches[0].line()
+
+
+def test_restart_between_batches_neither_duplicates_nor_skips(
+    spark: SparkSession, sink_topics: SinkTopics, tmp_path: Path
+) -> None:
+    settings = sink_settings(sink_topics, tmp_path, once=False, trigger="200ms")
+    first = sink_topics.send(6, COMMIT)
+
+    run = start_sink(settings, spark)
+    assert run.wait_until(lambda s: s.rows_written >= 6, RUN_TIMEOUT), run.summary
+    run.stop()
+
+    second = sink_topics.send(6, COMMIT)
+    # A copy of a first-run transaction after the restart: the state must remember it.
+    sink_topics.publish([(sink_topics.sent[first[0]], sink_topics.real_headers(first[0]))])
+    run = start_sink(settings, spark)
+    assert run.wait_until(lambda s: s.rows_in >= 7, RUN_TIMEOUT), run.summary
+    summary = run.stop()
+
+    ids = [row.transaction_id for row in read_table(spark, settings.output)]
+    assert sorted(ids) == sorted(first + second)
+    assert (summary.rows_written, summary.duplicates) == (6, 1)
+
+
+def test_other_formats_by_option(
+    spark: SparkSession, sink_topics: SinkTopics, tmp_path: Path
+) -> None:
+    [committed] = sink_topics.send(1, COMMIT)
+    settings = sink_settings(sink_topics, tmp_path, format="orc", state_store="memory")
+
+    run_sink(settings, spark)
+
+    [row] = read_table(spark, settings.output, "orc")
+    assert (row.transaction_id, row.value) == (committed, sink_topics.sent[committed])
+    assert list(Path(settings.output).rglob("*.orc"))

@@ -1,0 +1,151 @@
+"""Fixtures for the SQL transaction log: a migrated database per test, SQLite and PostgreSQL.
+
+Each test gets its own log and business table names, so PostgreSQL tests share
+the session's server without seeing each other's rows. The log table is made
+by the migrations (``upgrade``), as in production; only the test's own
+business table comes from ``create_all``.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from outbox import LocalTransactionState, Message
+from outbox.producer import _local_errors
+from outbox.sql import LogTarget, SqlTransactionListener, create_engine, downgrade, upgrade
+from outbox.sql.log import transaction_log_table
+from tests.producer.conftest import OutboxTopics, outbox_topics
+
+__all__ = ["OutboxTopics", "outbox_topics"]  # the Kafka fixture, for the producer tests here
+
+GROUP = "orders"
+
+
+@dataclass
+class Database:
+    """One test's database: its engine, log table and a business ``orders`` table."""
+
+    url: str
+    engine: Engine
+    target: LogTarget
+    orders: sa.Table
+
+    @property
+    def backend(self) -> str:
+        return self.engine.dialect.name
+
+    @property
+    def sessions(self) -> sessionmaker[Session]:
+        return sessionmaker(self.engine)
+
+    def log_rows(self) -> dict[str, tuple[str, Any]]:
+        """transaction id -> (producer group, created at)."""
+        table = transaction_log_table(self.target.table, self.target.schema)
+        with self.engine.connect() as connection:
+            rows = connection.execute(sa.select(table)).all()
+        return {row.transaction_id: (row.producer_group, row.created_at) for row in rows}
+
+    def order_rows(self) -> dict[str, str]:
+        """order id -> transaction id."""
+        with self.engine.connect() as connection:
+            rows = connection.execute(sa.select(self.orders)).all()
+        return {row.id: row.transaction_id for row in rows}
+
+    def listener(self, business: Callable[..., object] | None = None, **options: Any):
+        return SqlTransactionListener(
+            self.sessions,
+            business or self.insert_order,
+            group=GROUP,
+            table=self.target.table,
+            schema=self.target.schema,
+            **options,
+        )
+
+    def insert_order(self, session: Session, message: Message, order: dict[str, Any]) -> None:
+        """The business function of these tests: one order row, or the order's exception."""
+        if isinstance(order.get("fail"), BaseException):
+            raise order["fail"]
+        session.execute(
+            sa.insert(self.orders).values(id=order["id"], transaction_id=message.transaction_id)
+        )
+
+
+def unique_name(kind: str) -> str:
+    return f"t{uuid.uuid4().hex[:10]}_{kind}"
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def database_url(request: pytest.FixtureRequest) -> str:
+    """The same test on SQLite (the embedded default) and on a real PostgreSQL."""
+    return request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "postgres_url")
+
+
+@pytest.fixture
+def database(database_url: str) -> Iterator[Database]:
+    yield from _database(database_url)
+
+
+@pytest.fixture
+def pg_database(postgres_url: str) -> Iterator[Database]:
+    """PostgreSQL only: for what SQLite cannot show (lost connections, real concurrency)."""
+    yield from _database(postgres_url)
+
+
+def _database(url: str) -> Iterator[Database]:
+    engine = create_engine(url)
+    target = LogTarget(unique_name("log"))
+    upgrade(engine, target=target)
+    orders = sa.Table(
+        unique_name("orders"),
+        sa.MetaData(),
+        sa.Column("id", sa.String(64), primary_key=True),
+        sa.Column("transaction_id", sa.String(128), nullable=False),
+    )
+    orders.create(engine)
+    try:
+        yield Database(url, engine, target, orders)
+    finally:
+        orders.drop(engine, checkfirst=True)
+        downgrade(engine, "base", target=target)
+        with engine.begin() as connection:
+            connection.execute(sa.text(f"DROP TABLE IF EXISTS {target.version_table}"))
+        engine.dispose()
+
+
+def message(transaction_id: str | None = None, *, born_ms: int | None = None) -> Message:
+    """A message as the producer hands it to the listener: id and birth time stamped."""
+    return Message(
+        "events",
+        b"v",
+        transaction_id=transaction_id or uuid.uuid4().hex,
+        born_ms=int(time.time() * 1000) if born_ms is None else born_ms,
+    )
+
+
+def execute_as_send(
+    listener: SqlTransactionListener, msg: Message, arg: Any
+) -> tuple[LocalTransactionState, BaseException | None]:
+    """Run execute_local_transaction as the producer does, collecting the recorded error."""
+    recorded: list[BaseException] = []
+    token = _local_errors.set(recorded)
+    try:
+        state = listener.execute_local_transaction(msg, arg)
+    finally:
+        _local_errors.reset(token)
+    return state, (recorded[-1] if recorded else None)
+
+
+def free_port() -> int:
+    """A loopback port with nothing listening (just closed)."""
+    from outbox.dev.processes import free_port as pick
+
+    return pick()
