@@ -51,6 +51,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.checker_driver import WalkResult, skewed_clock, walk_backlog
+from bench.cpu import host_cpu_seconds, process_cpu_seconds
 from checker.settings import CheckerSettings
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
 from outbox.console import make_console
@@ -141,28 +142,6 @@ def drop_topics(bootstrap: str, topics: TopicNames) -> None:
 # --------------------------------------------------------------------------- CPU accounting
 
 
-def _host_busy_seconds() -> float | None:
-    """CPU seconds every process on the host has used, from /proc/stat."""
-    try:
-        with open("/proc/stat") as stat:
-            fields = stat.readline().split()
-    except OSError:
-        return None
-    ticks = [int(v) for v in fields[1:9]]
-    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
-
-
-def _pid_cpu_seconds(pid: int | None) -> float | None:
-    if pid is None:
-        times = os.times()
-        return times.user + times.system
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 @dataclass
 class CpuWindow:
     """CPU use of this process, the broker and everything else over a stretch of time."""
@@ -176,9 +155,9 @@ class CpuWindow:
 
     def __enter__(self) -> CpuWindow:
         self._began = time.monotonic()
-        self._mine = _pid_cpu_seconds(None)
-        self._broker = _pid_cpu_seconds(self.broker_pid) if self.broker_pid else None
-        self._host = _host_busy_seconds()
+        self._mine = process_cpu_seconds(None)
+        self._broker = process_cpu_seconds(self.broker_pid) if self.broker_pid else None
+        self._host = host_cpu_seconds()
         return self
 
     def __exit__(self, *_: object) -> None:
@@ -189,9 +168,11 @@ class CpuWindow:
                 return None
             return round(100 * (after - before) / wall, 1)
 
-        mine = pct(self._mine, _pid_cpu_seconds(None))
-        broker = pct(self._broker, _pid_cpu_seconds(self.broker_pid) if self.broker_pid else None)
-        host = pct(self._host, _host_busy_seconds())
+        mine = pct(self._mine, process_cpu_seconds(None))
+        broker = pct(
+            self._broker, process_cpu_seconds(self.broker_pid) if self.broker_pid else None
+        )
+        host = pct(self._host, host_cpu_seconds())
         other = (
             None
             if host is None or mine is None

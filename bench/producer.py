@@ -46,18 +46,18 @@ from pathlib import Path
 from typing import Any
 
 import confluent_kafka
-from confluent_kafka import KafkaError, Producer
-from confluent_kafka import Message as KafkaMessage
 from confluent_kafka.admin import AdminClient
 from rich.console import Console
 from rich.table import Table
 
+from bench.cpu import host_cpu_seconds, process_cpu_seconds
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
 from outbox.console import make_console
 from outbox.dev.kafka import KAFKA_VERSION, LocalKafka, ensure_kafka_jars
+from outbox.half_writer import HalfWriter
 from outbox.message import EndStatus, LocalTransactionState, Message
 from outbox.producer import TransactionProducer
-from outbox.protocol import TopicNames
+from outbox.protocol import OutgoingRecord, TopicNames
 from outbox.reading import read_topic
 from outbox.settings import ProducerSettings
 
@@ -78,71 +78,27 @@ SendFn = Callable[[int, int], float | None]
 # --------------------------------------------------------------------------- senders
 
 
-class _Delivery:
-    """One send's delivery report; the same shape as ``outbox.half_writer``'s."""
-
-    __slots__ = ("done", "error", "offset", "partition")
-
-    def __init__(self) -> None:
-        self.done = threading.Event()
-        self.error: KafkaError | None = None
-        self.partition = -1
-        self.offset = -1
-
-    def __call__(self, error: KafkaError | None, message: KafkaMessage) -> None:
-        self.error = error
-        if error is None:
-            self.partition = message.partition() or 0
-            self.offset = message.offset() or 0
-        self.done.set()
-
-
 class PlainSender:
-    """Plain sync sends through one shared producer, set up like the half writer.
+    """Plain sync sends (idempotent, acks=all) through the outbox's own half writer.
 
-    The half writer is the outbox's own first step, so any gap between the two
-    modes is the outbox's extra work, not a differently tuned client.
+    The half writer is exactly "one shared idempotent producer, each caller
+    waiting for its own ack": the plain baseline, and the outbox's first step,
+    so any gap between the two modes is the outbox's extra work, not a
+    differently tuned client.
     """
 
     def __init__(self, bootstrap: str, topic: str, value: bytes) -> None:
         self.topic = topic
         self.value = value
-        self.producer = Producer(
-            {
-                "bootstrap.servers": bootstrap,
-                "enable.idempotence": True,
-                "acks": "all",
-                "linger.ms": 1,
-            }
-        )
-        self._closed = threading.Event()
-        self._poller = threading.Thread(target=self._serve_reports, name="bench-plain-acks")
-        self._poller.daemon = True
-        self._poller.start()
-
-    def _serve_reports(self) -> None:
-        while not self._closed.is_set():
-            self.producer.poll(0.05)
+        self.writer = HalfWriter({"bootstrap.servers": bootstrap})
 
     def send(self, index: int, seq: int) -> float | None:
-        delivery = _Delivery()
         key = f"{index}:{seq}".encode()
-        while True:
-            try:
-                self.producer.produce(self.topic, self.value, key, on_delivery=delivery)
-                break
-            except BufferError:
-                time.sleep(0.005)
-        if not delivery.done.wait(SEND_TIMEOUT_SECONDS):
-            raise TimeoutError(f"no delivery report within {SEND_TIMEOUT_SECONDS:g}s")
-        if delivery.error is not None:
-            raise RuntimeError(f"plain send failed: {delivery.error}")
+        self.writer.write(OutgoingRecord(self.topic, key, self.value), SEND_TIMEOUT_SECONDS)
         return None
 
     def close(self) -> None:
-        self._closed.set()
-        self._poller.join(10)
-        self.producer.flush(10)
+        self.writer.close(10)
 
 
 class CommitAtOnce:
@@ -238,31 +194,6 @@ class _Run:
     other_cpu_pct: float | None
 
 
-def _host_cpu_seconds() -> float | None:
-    """CPU seconds every process on the host has used (all CPUs), from /proc/stat."""
-    try:
-        with open("/proc/stat") as stat:
-            fields = stat.readline().split()
-    except OSError:
-        return None
-    # user nice system idle iowait irq softirq steal ...: busy is everything but idle+iowait.
-    ticks = [int(v) for v in fields[1:9]]
-    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
-
-
-def _process_cpu_seconds(pid: int | None) -> float | None:
-    """User+system CPU seconds of ``pid`` (or this process), from /proc on Linux."""
-    if pid is None:
-        times = os.times()
-        return times.user + times.system
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    # utime and stime are fields 14 and 15 of stat; 12 and 13 after the ")".
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def run_cell(
     send: SendFn, senders: int, warmup: float, seconds: float, broker_pid: int | None
 ) -> _Run:
@@ -301,14 +232,14 @@ def run_cell(
     window_end = window_start + seconds
     time.sleep(warmup)
     wall_before = time.perf_counter()
-    client_before = _process_cpu_seconds(None)
-    broker_before = _process_cpu_seconds(broker_pid) if broker_pid else None
-    host_before = _host_cpu_seconds()
+    client_before = process_cpu_seconds(None)
+    broker_before = process_cpu_seconds(broker_pid) if broker_pid else None
+    host_before = host_cpu_seconds()
     time.sleep(max(0.0, window_end - time.perf_counter()))
     wall = time.perf_counter() - wall_before
-    client_after = _process_cpu_seconds(None)
-    broker_after = _process_cpu_seconds(broker_pid) if broker_pid else None
-    host_after = _host_cpu_seconds()
+    client_after = process_cpu_seconds(None)
+    broker_after = process_cpu_seconds(broker_pid) if broker_pid else None
+    host_after = host_cpu_seconds()
     stop.set()
     for thread in threads:
         thread.join(SEND_TIMEOUT_SECONDS * 2 + 5)

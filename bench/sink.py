@@ -52,6 +52,7 @@ from confluent_kafka.admin import AdminClient
 from rich.console import Console
 from rich.table import Table
 
+from bench.cpu import host_cpu_seconds, process_cpu_seconds
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
 from outbox.console import make_console
 from outbox.dev.kafka import KAFKA_VERSION, LocalKafka, ensure_kafka_jars
@@ -141,29 +142,6 @@ class Delay:
 # --------------------------------------------------------------------------- CPU
 
 
-def _host_cpu_seconds() -> float | None:
-    """CPU seconds every process on the host has used (all CPUs), from /proc/stat."""
-    try:
-        with open("/proc/stat") as stat:
-            fields = stat.readline().split()
-    except OSError:
-        return None
-    ticks = [int(v) for v in fields[1:9]]
-    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
-
-
-def _process_cpu_seconds(pid: int | None) -> float | None:
-    """User+system CPU seconds of ``pid`` (or this process), from /proc on Linux."""
-    if pid is None:
-        times = os.times()
-        return times.user + times.system
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 @contextmanager
 def cpu_usage(pids: dict[str, int | None]) -> Iterator[dict[str, float | None]]:
     """% of one core used by this process, each named pid and everything else meanwhile.
@@ -172,15 +150,15 @@ def cpu_usage(pids: dict[str, int | None]) -> Iterator[dict[str, float | None]]:
     """
     result: dict[str, float | None] = {}
     began = time.monotonic()
-    host = _host_cpu_seconds()
-    before = {"bench": _process_cpu_seconds(None)} | {
-        name: _process_cpu_seconds(pid) for name, pid in pids.items() if pid
+    host = host_cpu_seconds()
+    before = {"bench": process_cpu_seconds(None)} | {
+        name: process_cpu_seconds(pid) for name, pid in pids.items() if pid
     }
     yield result
     wall = max(1e-6, time.monotonic() - began)
-    host_after = _host_cpu_seconds()
-    after = {"bench": _process_cpu_seconds(None)} | {
-        name: _process_cpu_seconds(pid) for name, pid in pids.items() if pid
+    host_after = host_cpu_seconds()
+    after = {"bench": process_cpu_seconds(None)} | {
+        name: process_cpu_seconds(pid) for name, pid in pids.items() if pid
     }
     for name, start in before.items():
         end = after.get(name)

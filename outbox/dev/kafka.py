@@ -33,7 +33,6 @@ SCALA_VERSION = "2.13"
 # kafka-server 4.1.1 brings log4j-api/core 2.24.3 and slf4j-api 1.7.36; this is
 # the matching slf4j-1.x binding, without which the broker logs nothing.
 LOG4J_VERSION = "2.24.3"
-DEPENDENCY_PLUGIN_VERSION = "3.8.1"
 
 DEFAULT_START_TIMEOUT = 90.0
 DEFAULT_STOP_GRACE = 30.0
@@ -54,49 +53,18 @@ def kafka_home() -> Path:
     return processes.cache_dir() / f"kafka-{KAFKA_VERSION}"
 
 
-def _pom_xml() -> str:
-    """The pom is written by Python so that resolution works from an installed wheel."""
-    return f"""<?xml version="1.0" encoding="UTF-8"?>
-<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>kafka-outbox.dev</groupId>
-  <artifactId>local-kafka-runtime</artifactId>
-  <version>{KAFKA_VERSION}</version>
-  <packaging>pom</packaging>
-  <dependencies>
-    <dependency>
-      <groupId>org.apache.kafka</groupId>
-      <artifactId>kafka_{SCALA_VERSION}</artifactId>
-      <version>{KAFKA_VERSION}</version>
-      <scope>runtime</scope>
-    </dependency>
-    <dependency>
-      <groupId>org.apache.logging.log4j</groupId>
-      <artifactId>log4j-slf4j-impl</artifactId>
-      <version>{LOG4J_VERSION}</version>
-      <scope>runtime</scope>
-    </dependency>
-  </dependencies>
-  <build>
-    <pluginManagement>
-      <plugins>
-        <plugin>
-          <groupId>org.apache.maven.plugins</groupId>
-          <artifactId>maven-dependency-plugin</artifactId>
-          <version>{DEPENDENCY_PLUGIN_VERSION}</version>
-        </plugin>
-      </plugins>
-    </pluginManagement>
-  </build>
-</project>
-"""
-
-
 def ensure_kafka_jars() -> Path:
     """Directory with the broker's runtime classpath; runs Maven only the first time."""
     return maven.ensure_resolved(
         kafka_home(),
-        _pom_xml(),
+        maven.pom_xml(
+            "local-kafka-runtime",
+            KAFKA_VERSION,
+            [
+                ("org.apache.kafka", f"kafka_{SCALA_VERSION}", KAFKA_VERSION),
+                ("org.apache.logging.log4j", "log4j-slf4j-impl", LOG4J_VERSION),
+            ],
+        ),
         what=f"Kafka {KAFKA_VERSION}",
         coordinates=f"org.apache.kafka:kafka_{SCALA_VERSION}:{KAFKA_VERSION}",
         required_glob=_BROKER_JAR_GLOB,
