@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import uuid
+from collections.abc import Iterator
 
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.engine import make_url
 from sqlalchemy.orm import sessionmaker
 
 from outbox.protocol import OpRecord, RealRecord, Resolution
@@ -25,15 +28,30 @@ pytestmark = pytest.mark.kafka
 
 
 @pytest.fixture(params=["sqlite_url", "postgres_url"])
-def database(request) -> str:
+def database(request) -> Iterator[str]:
+    """A database of the test's own: the default log table and ``orders`` in it.
+
+    On PostgreSQL a fresh database on the shared server, so the default table
+    names used here never meet other tests' tables.
+    """
     url = request.getfixturevalue(request.param)
+    server = None
+    if request.param == "postgres_url":
+        server = create_engine(url, isolation_level="AUTOCOMMIT")
+        name = f"resolve_{uuid.uuid4().hex[:12]}"
+        with server.connect() as connection:
+            connection.execute(sa.text(f"CREATE DATABASE {name}"))
+        url = make_url(url).set(database=name).render_as_string(hide_password=False)
     upgrade(url)
     engine = create_engine(url)
     with engine.begin() as connection:
-        connection.execute(sa.text("DROP TABLE IF EXISTS orders"))
         connection.execute(sa.text("CREATE TABLE orders (id INTEGER PRIMARY KEY, total REAL)"))
     engine.dispose()
-    return url
+    yield url
+    if server is not None:
+        with server.connect() as connection:
+            connection.execute(sa.text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        server.dispose()
 
 
 def ops(topics: OutboxTopics) -> list[OpRecord]:
