@@ -68,10 +68,10 @@ from outbox.reading import read_topic
 
 log = logging.getLogger(__name__)
 
-RESUMED_KIND = "discard-resumed"
-DISCARD_PARTITION_HEADER = "outbox-discard-partition"
-DISCARD_OFFSET_HEADER = "outbox-discard-offset"
-RESUMED_MS_HEADER = "outbox-resumed-ms"
+RESUMED_KIND = RecordKind.DISCARD_RESUMED.value
+DISCARD_PARTITION_HEADER = Header.DISCARD_PARTITION.value
+DISCARD_OFFSET_HEADER = Header.DISCARD_OFFSET.value
+RESUMED_MS_HEADER = Header.RESUMED_MS.value
 CHUNK = 500
 """Halves resumed per Kafka transaction: bounded transactions, progress kept on a crash."""
 

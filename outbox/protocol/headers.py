@@ -36,6 +36,9 @@ class Header(StrEnum):
     DISCARD_REASON = "outbox-discard-reason"
     DISCARD_DETAIL = "outbox-discard-detail"
     DISCARDED_MS = "outbox-discarded-ms"
+    DISCARD_PARTITION = "outbox-discard-partition"  # a resume marker names its discard record
+    DISCARD_OFFSET = "outbox-discard-offset"
+    RESUMED_MS = "outbox-resumed-ms"
 
 
 def is_reserved(name: str) -> bool:

@@ -43,6 +43,8 @@ class RecordKind(StrEnum):
     OP = "op"
     CHECK = "check"
     DISCARD = "discard"
+    DISCARD_RESUMED = "discard-resumed"
+    """Marker on the discard topic: that discard was resumed (``outbox discard resume``)."""
 
 
 class Resolution(StrEnum):
