@@ -171,7 +171,7 @@ def test_marker_is_a_record_of_its_own_kind_on_the_discard_topic(discards):
     raws = read_topic(discards.config, discards.topics.discard)
     markers = [ResumeMarker.from_record(raw) for raw in raws]
     (marker,) = [m for m in markers if m is not None]
-    (marker_raw,) = [raw for raw in raws if raw.kind() is None]
+    (marker_raw,) = [raw for raw in raws if raw.kind() is RecordKind.DISCARD_RESUMED]
     (discard_raw,) = [raw for raw in raws if raw.kind() is RecordKind.DISCARD]
     assert dict(marker_raw.headers)[Header.KIND.value] == RESUMED_KIND.encode()
     assert (marker_raw.key, marker_raw.value) == (b"a", None)
