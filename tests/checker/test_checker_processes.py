@@ -116,7 +116,12 @@ def test_kill_9_mid_round_loses_no_half_and_repeats_no_copy(outbox_topics: Outbo
 
     again = CheckerProcess(outbox_topics, "replica-a")  # same instance: fences the zombie
     processes.append(again)
-    wait_for(lambda: len(check_requests(outbox_topics)) >= count, 180, "the rest of the round")
+
+    def first_checks_done() -> bool:
+        requests = check_requests(outbox_topics)
+        return len({r.half.transaction_id for r in requests if r.half.check_times == 1}) >= count
+
+    wait_for(first_checks_done, 180, "the rest of the round")
     assert again.terminate() == 0
 
     requests = check_requests(outbox_topics)

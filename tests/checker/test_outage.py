@@ -38,7 +38,7 @@ def test_checker_survives_a_broker_restart(own_kafka_broker):
     loop = threading.Thread(target=checker.run, daemon=True)
     loop.start()
     try:
-        wait_for(lambda: len(check_requests(topics)) == 1, 60, "the first check")
+        wait_for(lambda: len(check_requests(topics)) >= 1, 60, "the first check")
         own_kafka_broker.stop()
         time.sleep(3)  # the loop meets the outage and backs off
         assert loop.is_alive()
