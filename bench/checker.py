@@ -30,7 +30,6 @@ to see that effect.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import logging
 import os
@@ -51,11 +50,16 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.checker_driver import WalkResult, skewed_clock, walk_backlog
-from bench.cpu import host_cpu_seconds, process_cpu_seconds
+from bench.common import (
+    bench_main,
+    host_cpu_seconds,
+    process_cpu_seconds,
+    run_on_broker,
+    warn_if_noisy,
+)
 from checker.settings import CheckerSettings
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
-from outbox.console import make_console
-from outbox.dev.kafka import KAFKA_VERSION, LocalKafka, ensure_kafka_jars
+from outbox.dev.kafka import KAFKA_VERSION
 from outbox.protocol import HalfRecord, TopicNames
 from outbox.reading import read_topic
 
@@ -64,7 +68,6 @@ RESULTS_PATH = Path(__file__).resolve().parent / "results" / "checker.json"
 BORN_AGO_MS = 600_000
 AIM_HALVES_PER_S = 20_000
 AIM_RSS_MB = 300
-NOISY_OTHER_CPU_PCT = 25.0
 
 
 # --------------------------------------------------------------------------- writing the backlog
@@ -508,35 +511,14 @@ def _table(scan: ScanResult, rss: RssResult | None) -> Table:
 
 
 def run(console: Console, options: Options) -> int:
-    if options.bootstrap_servers:
-        return _run_against(console, options, options.bootstrap_servers, None)
-    console.print("[bold cyan]==>[/] resolving the Kafka broker jars", highlight=False)
-    ensure_kafka_jars()
-    console.print("[bold cyan]==>[/] starting a local Kafka broker", highlight=False)
-    with LocalKafka(heap="1g") as kafka:
-        console.print(
-            f"    broker up at {kafka.bootstrap_servers} in {kafka.last_start_seconds:.1f}s",
-            highlight=False,
-        )
-        try:
-            return _run_against(console, options, kafka.bootstrap_servers, kafka.pid)
-        finally:
-            # Clients in reference cycles would otherwise outlive the broker and
-            # log "connection refused" while the process exits.
-            gc.collect()
+    return run_on_broker(console, options, _run_against, heap="1g")
 
 
 def _run_against(console: Console, options: Options, bootstrap: str, broker_pid: int | None) -> int:
     began = time.monotonic()
     scan = scan_phase(console, options, bootstrap, broker_pid)
     rss = None if options.skip_rss else rss_phase(console, options, bootstrap)
-    other = scan.cpu_pct.get("other") or 0.0
-    if other > NOISY_OTHER_CPU_PCT:
-        console.print(
-            f"[yellow]note:[/] other processes used {other:.0f}% CPU during the walk "
-            f"({os.cpu_count()} CPUs); the scan rate is noisier than on a quiet machine",
-            highlight=False,
-        )
+    warn_if_noisy(console, scan.cpu_pct.get("other") or 0.0, "the walk")
     console.print(_table(scan, rss))
     problems = _problems(scan, rss)
     for problem in problems:
@@ -663,9 +645,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    options = parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    sys.exit(run(make_console(), options))
+    bench_main(parse_args(argv), run)
 
 
 if __name__ == "__main__":

@@ -33,11 +33,9 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import logging
 import math
 import os
 import platform
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -50,10 +48,15 @@ from confluent_kafka.admin import AdminClient
 from rich.console import Console
 from rich.table import Table
 
-from bench.cpu import host_cpu_seconds, process_cpu_seconds
+from bench.common import (
+    bench_main,
+    host_cpu_seconds,
+    process_cpu_seconds,
+    run_on_broker,
+    warn_if_noisy,
+)
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
-from outbox.console import make_console
-from outbox.dev.kafka import KAFKA_VERSION, LocalKafka, ensure_kafka_jars
+from outbox.dev.kafka import KAFKA_VERSION
 from outbox.half_writer import HalfWriter
 from outbox.message import EndStatus, LocalTransactionState, Message
 from outbox.producer import TransactionProducer
@@ -69,7 +72,6 @@ REAL_TOPIC = "bench.events"
 PLAIN_TOPIC = "bench.plain"
 RESULTS_PATH = Path(__file__).resolve().parent / "results" / "producer.json"
 SEND_TIMEOUT_SECONDS = 30.0
-NOISY_OTHER_CPU_PCT = 25.0
 
 SendFn = Callable[[int, int], float | None]
 """Send message ``seq`` of sender ``index``; return when its local transaction answered."""
@@ -480,17 +482,7 @@ def _count_committed_reals(bootstrap: str) -> int:
 
 def run(console: Console, options: Options) -> int:
     """Start (or use) a broker, create the topics, run every cell, report and save."""
-    if options.bootstrap_servers:
-        return _run_against(console, options, options.bootstrap_servers, None)
-    console.print("[bold cyan]==>[/] resolving the Kafka broker jars", highlight=False)
-    ensure_kafka_jars()
-    console.print("[bold cyan]==>[/] starting a local Kafka broker", highlight=False)
-    with LocalKafka() as kafka:
-        console.print(
-            f"    broker up at {kafka.bootstrap_servers} in {kafka.last_start_seconds:.1f}s",
-            highlight=False,
-        )
-        return _run_against(console, options, kafka.bootstrap_servers, kafka.pid)
+    return run_on_broker(console, options, _run_against)
 
 
 def _run_against(console: Console, options: Options, bootstrap: str, broker_pid: int | None) -> int:
@@ -528,12 +520,7 @@ def _run_against(console: Console, options: Options, bootstrap: str, broker_pid:
     verification["real_records_match"] = read_ok
 
     busiest = max((r.other_cpu_pct or 0.0 for r in results), default=0.0)
-    if busiest > NOISY_OTHER_CPU_PCT:
-        console.print(
-            f"[yellow]note:[/] other processes used up to {busiest:.0f}% CPU during the cells "
-            f"({os.cpu_count()} CPUs); these numbers are noisier than on a quiet machine",
-            highlight=False,
-        )
+    warn_if_noisy(console, busiest, "the cells")
     console.print(_table(results, options))
     summary = _summary(results, options)
     _write_json(options, bootstrap, results, verification, summary, time.monotonic() - began)
@@ -686,9 +673,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    options = parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    sys.exit(run(make_console(), options))
+    bench_main(parse_args(argv), run)
 
 
 if __name__ == "__main__":

@@ -29,13 +29,11 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import logging
 import math
 import os
 import platform
 import re
 import shutil
-import sys
 import tempfile
 import threading
 import time
@@ -52,10 +50,15 @@ from confluent_kafka.admin import AdminClient
 from rich.console import Console
 from rich.table import Table
 
-from bench.cpu import host_cpu_seconds, process_cpu_seconds
+from bench.common import (
+    bench_main,
+    host_cpu_seconds,
+    process_cpu_seconds,
+    run_on_broker,
+    warn_if_noisy,
+)
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
-from outbox.console import make_console
-from outbox.dev.kafka import KAFKA_VERSION, LocalKafka, ensure_kafka_jars
+from outbox.dev.kafka import KAFKA_VERSION
 from outbox.message import EndStatus, LocalTransactionState, Message
 from outbox.producer import TransactionProducer
 from outbox.protocol import Header, TopicNames
@@ -66,7 +69,6 @@ GROUP = "bench-sink"
 RESULTS_PATH = Path(__file__).resolve().parent / "results" / "sink.json"
 LOAD_TRANSACTION_SIZE = 2000
 WARMUP_EVENTS = 20
-NOISY_OTHER_CPU_PCT = 25.0
 
 
 @dataclass
@@ -554,17 +556,7 @@ def _table(throughput: Throughput, delay: Delay, options: Options) -> Table:
 
 
 def run(console: Console, options: Options) -> int:
-    if options.bootstrap_servers:
-        return _run_against(console, options, options.bootstrap_servers, None)
-    console.print("[bold cyan]==>[/] resolving the Kafka broker jars", highlight=False)
-    ensure_kafka_jars()
-    console.print("[bold cyan]==>[/] starting a local Kafka broker", highlight=False)
-    with LocalKafka(heap="1g") as kafka:
-        console.print(
-            f"    broker up at {kafka.bootstrap_servers} in {kafka.last_start_seconds:.1f}s",
-            highlight=False,
-        )
-        return _run_against(console, options, kafka.bootstrap_servers, kafka.pid)
+    return run_on_broker(console, options, _run_against, heap="1g")
 
 
 def _run_against(console: Console, options: Options, bootstrap: str, broker_pid: int | None) -> int:
@@ -593,12 +585,7 @@ def _run_against(console: Console, options: Options, bootstrap: str, broker_pid:
         throughput.warm.cpu.get("other") or 0.0,
         delay.cpu.get("other") or 0.0,
     )
-    if busiest > NOISY_OTHER_CPU_PCT:
-        console.print(
-            f"[yellow]note:[/] other processes used up to {busiest:.0f}% CPU meanwhile "
-            f"({os.cpu_count()} CPUs); these numbers are noisier than on a quiet machine",
-            highlight=False,
-        )
+    warn_if_noisy(console, busiest, "the runs")
     console.print(_table(throughput, delay, options))
     exact_once = all(
         run.exactly_once and run.rows_written == options.events
@@ -693,9 +680,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    options = parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    sys.exit(run(make_console(), options))
+    bench_main(parse_args(argv), run)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,90 @@
+"""What the benchmarks share: the broker they run on, CPU accounting, ``main``.
+
+The machines that run the benchmarks are small and often shared, so every
+table says how much CPU the bench, the broker and everything else used
+(from /proc, Linux).
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from outbox.console import make_console
+from outbox.dev.kafka import LocalKafka, ensure_kafka_jars
+
+
+def host_cpu_seconds() -> float | None:
+    """CPU seconds every process on the host has used (all CPUs), from /proc/stat."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = stat.readline().split()
+    except OSError:
+        return None
+    # user nice system idle iowait irq softirq steal ...: busy is everything but idle+iowait.
+    ticks = [int(v) for v in fields[1:9]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu_seconds(pid: int | None) -> float | None:
+    """User+system CPU seconds of ``pid`` (or this process), from /proc on Linux."""
+    if pid is None:
+        times = os.times()
+        return times.user + times.system
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    # utime and stime are fields 14 and 15 of stat; 12 and 13 after the ")".
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+NOISY_OTHER_CPU_PCT = 25.0
+"""Above this much CPU used by other processes, a table carries a warning."""
+
+RunAgainst = Callable[[Console, Any, str, int | None], int]
+
+
+def run_on_broker(
+    console: Console, options: Any, run_against: RunAgainst, *, heap: str = "512m"
+) -> int:
+    """``run_against`` on ``options.bootstrap_servers``, else on a local broker started here."""
+    if options.bootstrap_servers:
+        return run_against(console, options, options.bootstrap_servers, None)
+    console.print("[bold cyan]==>[/] resolving the Kafka broker jars", highlight=False)
+    ensure_kafka_jars()
+    console.print("[bold cyan]==>[/] starting a local Kafka broker", highlight=False)
+    with LocalKafka(heap=heap) as kafka:
+        console.print(
+            f"    broker up at {kafka.bootstrap_servers} in {kafka.last_start_seconds:.1f}s",
+            highlight=False,
+        )
+        try:
+            return run_against(console, options, kafka.bootstrap_servers, kafka.pid)
+        finally:
+            # Clients in reference cycles would otherwise outlive the broker and
+            # log "connection refused" while the process exits.
+            gc.collect()
+
+
+def warn_if_noisy(console: Console, other_cpu_pct: float, what: str) -> None:
+    """Say so when other processes shared the machine during the measurement."""
+    if other_cpu_pct > NOISY_OTHER_CPU_PCT:
+        console.print(
+            f"[yellow]note:[/] other processes used up to {other_cpu_pct:.0f}% CPU during "
+            f"{what} ({os.cpu_count()} CPUs); these numbers are noisier than on a quiet machine",
+            highlight=False,
+        )
+
+
+def bench_main(options: Any, run: Callable[[Console, Any], int]) -> None:
+    """The shared ``main``: quiet logging, a console, the exit code of ``run``."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    sys.exit(run(make_console(), options))
