@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
@@ -98,6 +98,24 @@ def _database_errors() -> Iterator[None]:
         raise TransactionLogError(f"database error: {reason[0] if reason else exc!r}") from None
 
 
+def _migrate(
+    step: Literal["upgrade", "downgrade"],
+    revision: str,
+    url: str | None,
+    table: str | None,
+    schema: str | None,
+) -> None:
+    """Run ``upgrade`` or ``downgrade`` to ``revision`` and say where the table ends up."""
+    from outbox.sql import migrate
+    from outbox.sql.engine import describe_url
+
+    url = _require_url(url)
+    target = _target(table, schema)
+    with _database_errors():
+        status = getattr(migrate, step)(url, revision, target=target)
+    typer.echo(f"{target.qualified}: at revision {_describe(status)} in {describe_url(url)}")
+
+
 @db_app.command()
 def upgrade(
     revision: Annotated[
@@ -108,14 +126,7 @@ def upgrade(
     schema: SchemaOption = None,
 ) -> None:
     """Create or evolve the transaction-log table (idempotent)."""
-    from outbox.sql import migrate
-    from outbox.sql.engine import describe_url
-
-    url = _require_url(url)
-    target = _target(table, schema)
-    with _database_errors():
-        status = migrate.upgrade(url, revision, target=target)
-    typer.echo(f"{target.qualified}: at revision {_describe(status)} in {describe_url(url)}")
+    _migrate("upgrade", revision, url, table, schema)
 
 
 @db_app.command()
@@ -131,14 +142,7 @@ def downgrade(
     schema: SchemaOption = None,
 ) -> None:
     """Step the transaction-log table back (base: drop it, with its rows)."""
-    from outbox.sql import migrate
-    from outbox.sql.engine import describe_url
-
-    url = _require_url(url)
-    target = _target(table, schema)
-    with _database_errors():
-        status = migrate.downgrade(url, revision, target=target)
-    typer.echo(f"{target.qualified}: at revision {_describe(status)} in {describe_url(url)}")
+    _migrate("downgrade", revision, url, table, schema)
 
 
 @db_app.command()
