@@ -171,7 +171,7 @@ class Checker:
             retry=retry_if_exception_type((KafkaUnavailableError, KafkaException)),
             wait=wait_exponential(multiplier=0.5, max=30),
             stop=lambda _: self._stopping.is_set(),
-            sleep=self._stopping.wait,
+            sleep=self._back_off,
             before_sleep=lambda state: log.warning(
                 "round interrupted (attempt %d), backing off: %s",
                 state.attempt_number,
@@ -192,6 +192,18 @@ class Checker:
                         log.info("stopping during an outage: %s", exc)
         finally:
             self.close()
+
+    def _back_off(self, seconds: float) -> None:
+        """Wait between attempts, serving the group all the while.
+
+        An outage longer than the session costs this replica its membership;
+        only a poll lets it hear that (its partitions are lost) and join again.
+        Without one it would retry the round with its old member id forever,
+        and every offset commit would fail with UNKNOWN_MEMBER_ID.
+        """
+        deadline = time.monotonic() + seconds
+        while not self._stopping.is_set() and (remaining := deadline - time.monotonic()) > 0:
+            self.poll_membership(min(0.5, remaining))
 
     def stop(self) -> None:
         """Ask :meth:`run` to finish the round under way and exit."""

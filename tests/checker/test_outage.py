@@ -57,3 +57,43 @@ def test_checker_survives_a_broker_restart(own_kafka_broker):
         r.half.transaction_id for r in check_requests(topics) if r.half.check_times == 1
     ]
     assert sorted(first_checks) == ["after", "before"]
+
+
+def test_checker_rejoins_its_group_after_an_outage_longer_than_its_session(own_kafka_broker):
+    """Down longer than the group session: the replica loses its membership and must rejoin.
+
+    Every offset commit with the old member id fails (UNKNOWN_MEMBER_ID); only
+    polling the group while backing off lets the replica hear it and join again.
+    """
+    names = TopicNames("longoutage")
+    topics = OutboxTopics(own_kafka_broker.bootstrap_servers, names, "longoutage-events")
+    admin = AdminClient(topics.client_config)
+    ensure_topics(
+        admin, [*plan_topics(names, 2, 1, ("orders",)), TopicSpec(topics.real_topic, 1, 1)]
+    )
+    write(topics, pending_half(topics, "before").to_record(names, 0))
+    settings = CheckerSettings(
+        bootstrap_servers=topics.bootstrap,
+        topic_prefix=names.prefix,
+        http_address="",
+        check_interval_seconds=0.5,
+        kafka_properties={"session.timeout.ms": "6000", "heartbeat.interval.ms": "1000"},
+    )
+    checker = Checker(settings, clock=SkewedClock(60))
+    loop = threading.Thread(target=checker.run, daemon=True)
+    loop.start()
+    try:
+        wait_for(lambda: len(check_requests(topics)) >= 1, 60, "the first check")
+        own_kafka_broker.kill()
+        time.sleep(12)  # twice the session: the group forgets this member
+        own_kafka_broker.start()
+        write(topics, pending_half(topics, "after").to_record(names, 1))
+        wait_for(
+            lambda: "after" in {r.half.transaction_id for r in check_requests(topics)},
+            90,
+            "a check of the half written after the outage",
+        )
+    finally:
+        checker.stop()
+        loop.join(60)
+    assert not loop.is_alive()
