@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: install kafka-jars demo test lint format clean bench-producer bench-checker spark-jars bench-sink
+.PHONY: install kafka-jars demo chaos test lint format clean bench bench-producer bench-checker spark-jars bench-sink
 
 $(INSTALLED): pyproject.toml
 	@echo "==> creating $(VENV) and installing the project with its test extras"
@@ -26,6 +26,15 @@ spark-jars: install
 
 demo: kafka-jars spark-jars
 	$(BIN)/outbox demo
+
+# The pipeline under seeded faults; `make chaos SEED=N` reproduces a run.
+SEED ?= 1
+chaos: kafka-jars spark-jars
+	$(BIN)/outbox chaos --seed $(SEED)
+
+# Every benchmark on one local broker: one table, bench/results/all.json.
+bench: kafka-jars spark-jars
+	$(BIN)/python -m bench.all $(BENCH_ARGS)
 
 bench-producer: kafka-jars
 	$(BIN)/python -m bench.producer

@@ -42,6 +42,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import confluent_kafka
 from confluent_kafka import Producer
@@ -52,9 +53,11 @@ from rich.table import Table
 from bench.checker_driver import WalkResult, skewed_clock, walk_backlog
 from bench.common import (
     bench_main,
+    figure,
     host_cpu_seconds,
     process_cpu_seconds,
     run_on_broker,
+    save_results,
     warn_if_noisy,
 )
 from checker.settings import CheckerSettings
@@ -465,7 +468,31 @@ class Options:
     write_compression: str
     profile: Path | None
     bootstrap_servers: str | None
-    json_path: Path
+    json_path: Path | None
+    """``None``: not written (``bench.all`` keeps the document in its own)."""
+
+
+@dataclass
+class Report:
+    """What :func:`measure` found, for the command line and for ``bench.all`` alike."""
+
+    scan: ScanResult
+    rss: RssResult | None
+    """``None`` with ``--skip-rss``."""
+    problems: list[str]
+    """Correctness failures (see :func:`_problems`); empty when the walks were right."""
+    document: dict[str, Any]
+    """Everything, as written to the JSON."""
+    other_cpu_pct: float
+    """CPU other processes used during the scan walk: the noise in its rate."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    @property
+    def rss_mb(self) -> float | None:
+        return self.rss.peak_rss_mb if self.rss else None
 
 
 def _fmt(value: float | None, spec: str = ",.0f") -> str:
@@ -515,25 +542,34 @@ def run(console: Console, options: Options) -> int:
 
 
 def _run_against(console: Console, options: Options, bootstrap: str, broker_pid: int | None) -> int:
-    began = time.monotonic()
-    scan = scan_phase(console, options, bootstrap, broker_pid)
-    rss = None if options.skip_rss else rss_phase(console, options, bootstrap)
-    warn_if_noisy(console, scan.cpu_pct.get("other") or 0.0, "the walk")
-    console.print(_table(scan, rss))
-    problems = _problems(scan, rss)
-    for problem in problems:
-        console.print(f"[red]problem:[/] {problem}", highlight=False)
-    _write_json(options, bootstrap, scan, rss, problems, time.monotonic() - began)
-    console.print(f"results written to {options.json_path}", highlight=False)
-    rss_mb = rss.peak_rss_mb if rss else None
+    report = measure(console, options, bootstrap, broker_pid)
     console.print(
-        f"bench-checker: halves_per_s={scan.halves_per_s:.0f} "
-        f"rss_mb_at_1m={'nan' if rss_mb is None else f'{rss_mb:.0f}'}",
+        f"bench-checker: halves_per_s={report.scan.halves_per_s:.0f} "
+        f"rss_mb_at_1m={figure(report.rss_mb, '.0f')}",
         highlight=False,
         markup=False,
         soft_wrap=True,
     )
-    return 1 if problems else 0
+    return 0 if report.ok else 1
+
+
+def measure(console: Console, options: Options, bootstrap: str, broker_pid: int | None) -> Report:
+    """The scan rate, then (unless ``--skip-rss``) the peak RSS, on ``bootstrap``; print, save.
+
+    ``broker_pid`` (a local broker's) lets the scan report the broker's CPU.
+    """
+    began = time.monotonic()
+    scan = scan_phase(console, options, bootstrap, broker_pid)
+    rss = None if options.skip_rss else rss_phase(console, options, bootstrap)
+    other = scan.cpu_pct.get("other") or 0.0
+    warn_if_noisy(console, other, "the walk")
+    console.print(_table(scan, rss))
+    problems = _problems(scan, rss)
+    for problem in problems:
+        console.print(f"[red]problem:[/] {problem}", highlight=False)
+    document = _document(options, bootstrap, scan, rss, problems, time.monotonic() - began)
+    save_results(console, options.json_path, document)
+    return Report(scan, rss, problems, document, other_cpu_pct=other)
 
 
 def _problems(scan: ScanResult, rss: RssResult | None) -> list[str]:
@@ -551,15 +587,15 @@ def _problems(scan: ScanResult, rss: RssResult | None) -> list[str]:
     return problems
 
 
-def _write_json(
+def _document(
     options: Options,
     bootstrap: str,
     scan: ScanResult,
     rss: RssResult | None,
     problems: list[str],
     elapsed: float,
-) -> None:
-    document = {
+) -> dict[str, Any]:
+    return {
         "bench": "checker",
         "created_unix": round(time.time(), 3),
         "elapsed_seconds": round(elapsed, 1),
@@ -587,8 +623,6 @@ def _write_json(
         },
         "problems": problems,
     }
-    options.json_path.parent.mkdir(parents=True, exist_ok=True)
-    options.json_path.write_text(json.dumps(document, indent=2) + "\n")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Options:

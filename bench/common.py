@@ -8,6 +8,7 @@ table says how much CPU the bench, the broker and everything else used
 from __future__ import annotations
 
 import gc
+import json
 import logging
 import os
 import sys
@@ -74,14 +75,39 @@ def run_on_broker(
             gc.collect()
 
 
+def noise_note(other_cpu_pct: float, what: str) -> str | None:
+    """The warning for a measurement other processes shared the machine with, if they did.
+
+    A sentence, so that ``bench.all`` can keep it in its JSON as well as print it.
+    """
+    if other_cpu_pct <= NOISY_OTHER_CPU_PCT:
+        return None
+    return (
+        f"other processes used up to {other_cpu_pct:.0f}% CPU during {what} "
+        f"({os.cpu_count()} CPUs); these numbers are noisier than on a quiet machine"
+    )
+
+
 def warn_if_noisy(console: Console, other_cpu_pct: float, what: str) -> None:
     """Say so when other processes shared the machine during the measurement."""
-    if other_cpu_pct > NOISY_OTHER_CPU_PCT:
-        console.print(
-            f"[yellow]note:[/] other processes used up to {other_cpu_pct:.0f}% CPU during "
-            f"{what} ({os.cpu_count()} CPUs); these numbers are noisier than on a quiet machine",
-            highlight=False,
-        )
+    note = noise_note(other_cpu_pct, what)
+    if note is not None:
+        console.print(f"[yellow]note:[/] {note}", highlight=False)
+
+
+def save_results(console: Console, path: Path | None, document: dict[str, Any]) -> None:
+    """``document`` to ``path``, and say where; ``None`` when the caller keeps it instead
+    (``bench.all`` embeds each bench's document in its own)."""
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document, indent=2) + "\n")
+    console.print(f"results written to {path}", highlight=False)
+
+
+def figure(value: float | None, spec: str) -> str:
+    """A number for a ``key=value`` summary line; ``nan`` when it was not measured."""
+    return "nan" if value is None else format(value, spec)
 
 
 def bench_main(options: Any, run: Callable[[Console, Any], int]) -> None:

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import math
 import os
 import platform
@@ -50,9 +49,11 @@ from rich.table import Table
 
 from bench.common import (
     bench_main,
+    figure,
     host_cpu_seconds,
     process_cpu_seconds,
     run_on_broker,
+    save_results,
     warn_if_noisy,
 )
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
@@ -325,8 +326,29 @@ class Options:
     modes: list[str]
     bootstrap_servers: str | None
     verify_read: bool
-    json_path: Path
+    json_path: Path | None
+    """``None``: not written (``bench.all`` keeps the document in its own)."""
     producer_overrides: dict[str, Any]
+
+
+@dataclass
+class Report:
+    """What :func:`measure` found, for the command line and for ``bench.all`` alike."""
+
+    results: list[CellResult]
+    summary: dict[str, Any]
+    """The headline numbers (see :func:`_summary`)."""
+    document: dict[str, Any]
+    """Everything, as written to the JSON."""
+    ok: bool
+    """Every outbox send committed, the records read back match, no send failed."""
+    other_cpu_pct: float
+    """The most CPU other processes used during a cell: the noise in these numbers."""
+
+    def at(self, senders: int) -> tuple[CellResult | None, CellResult | None, float | None]:
+        """The plain and outbox cells at ``senders`` senders, and their ratio."""
+        plain, outbox = _pair_of(self.results, senders)
+        return plain, outbox, _ratio(plain, outbox)
 
 
 def _ms(value: float | None) -> str:
@@ -486,6 +508,25 @@ def run(console: Console, options: Options) -> int:
 
 
 def _run_against(console: Console, options: Options, bootstrap: str, broker_pid: int | None) -> int:
+    report = measure(console, options, bootstrap, broker_pid)
+    summary = report.summary
+    console.print(
+        f"bench-producer: ratio_at_{summary['senders']}={figure(summary['ratio'], '.3f')} "
+        f"outbox_msgs_per_s_at_{summary['senders']}={figure(summary['outbox_msgs_per_s'], '.0f')} "
+        f"plain_msgs_per_s_at_{summary['senders']}={figure(summary['plain_msgs_per_s'], '.0f')} "
+        f"end_p99_ms={figure(summary['end_p99_ms'], '.1f')}",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
+    return 0 if report.ok else 1
+
+
+def measure(console: Console, options: Options, bootstrap: str, broker_pid: int | None) -> Report:
+    """Create the topics, run every cell on ``bootstrap``, verify; print the table, save.
+
+    ``broker_pid`` (a local broker's) lets each cell report the broker's CPU.
+    """
     began = time.monotonic()
     specs = [
         *plan_topics(TopicNames(PREFIX), options.partitions, 1, (GROUP,)),
@@ -498,6 +539,13 @@ def _run_against(console: Console, options: Options, bootstrap: str, broker_pid:
         f"{', '.join(s.name for s in specs)}",
         highlight=False,
     )
+    # A fresh broker's transaction coordinator may still be loading: one acknowledged
+    # idempotent write first, so that the first cell does not time the broker's start.
+    primer = PlainSender(bootstrap, PLAIN_TOPIC, b"")
+    try:
+        primer.send(0, 0)
+    finally:
+        primer.close()
     # A topic created just now is empty, and its leader may not answer offset requests yet.
     fresh = created[REAL_TOPIC] or not options.verify_read
     before = 0 if fresh else _count_committed_reals(bootstrap)
@@ -523,19 +571,12 @@ def _run_against(console: Console, options: Options, bootstrap: str, broker_pid:
     warn_if_noisy(console, busiest, "the cells")
     console.print(_table(results, options))
     summary = _summary(results, options)
-    _write_json(options, bootstrap, results, verification, summary, time.monotonic() - began)
-    console.print(f"results written to {options.json_path}", highlight=False)
-    console.print(
-        f"bench-producer: ratio_at_{summary['senders']}={_fmt(summary['ratio'], '.3f')} "
-        f"outbox_msgs_per_s_at_{summary['senders']}={_fmt(summary['outbox_msgs_per_s'], '.0f')} "
-        f"plain_msgs_per_s_at_{summary['senders']}={_fmt(summary['plain_msgs_per_s'], '.0f')} "
-        f"end_p99_ms={_fmt(summary['end_p99_ms'], '.1f')}",
-        highlight=False,
-        markup=False,
-        soft_wrap=True,
+    document = _document(
+        options, bootstrap, results, verification, summary, time.monotonic() - began
     )
+    save_results(console, options.json_path, document)
     failed = not all_committed or read_ok is False or any(r.errors for r in results)
-    return 1 if failed else 0
+    return Report(results, summary, document, ok=not failed, other_cpu_pct=busiest)
 
 
 def _pair_of(results: list[CellResult], senders: int) -> tuple[CellResult | None, ...]:
@@ -548,10 +589,6 @@ def _pair_of(results: list[CellResult], senders: int) -> tuple[CellResult | None
 
 def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
-
-
-def _fmt(value: float | None, spec: str) -> str:
-    return "nan" if value is None else format(value, spec)
 
 
 def _summary(results: list[CellResult], options: Options) -> dict[str, Any]:
@@ -568,15 +605,15 @@ def _summary(results: list[CellResult], options: Options) -> dict[str, Any]:
     }
 
 
-def _write_json(
+def _document(
     options: Options,
     bootstrap: str,
     results: list[CellResult],
     verification: dict[str, Any],
     summary: dict[str, Any],
     elapsed: float,
-) -> None:
-    document = {
+) -> dict[str, Any]:
+    return {
         "bench": "producer",
         "created_unix": round(time.time(), 3),
         "elapsed_seconds": round(elapsed, 1),
@@ -603,8 +640,6 @@ def _write_json(
         "verification": verification,
         "summary": summary,
     }
-    options.json_path.parent.mkdir(parents=True, exist_ok=True)
-    options.json_path.write_text(json.dumps(document, indent=2) + "\n")
 
 
 def _positive_ints(text: str) -> list[int]:

@@ -55,6 +55,7 @@ from bench.common import (
     host_cpu_seconds,
     process_cpu_seconds,
     run_on_broker,
+    save_results,
     warn_if_noisy,
 )
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
@@ -85,7 +86,8 @@ class Options:
     master: str
     shuffle_partitions: int
     bootstrap_servers: str | None
-    json_path: Path
+    json_path: Path | None
+    """``None``: not written (``bench.all`` keeps the document in its own)."""
     keep_dir: bool
 
 
@@ -139,6 +141,20 @@ class Delay:
     table_distinct_ids: int
     send_errors: int = 0
     cpu: dict[str, float | None] = field(default_factory=dict)
+
+
+@dataclass
+class Report:
+    """What :func:`measure` found, for the command line and for ``bench.all`` alike."""
+
+    throughput: Throughput
+    delay: Delay
+    document: dict[str, Any]
+    """Everything, as written to the JSON."""
+    ok: bool
+    """Both tables hold every event exactly once, and no live send failed."""
+    other_cpu_pct: float
+    """The most CPU other processes used during a run: the noise in these numbers."""
 
 
 # --------------------------------------------------------------------------- CPU
@@ -560,6 +576,23 @@ def run(console: Console, options: Options) -> int:
 
 
 def _run_against(console: Console, options: Options, bootstrap: str, broker_pid: int | None) -> int:
+    report = measure(console, options, bootstrap, broker_pid)
+    delay = report.delay
+    console.print(
+        f"bench-sink: rows_per_s={report.throughput.rows_per_s:.0f} "
+        f"delay_p50_ms={_fmt(delay.delay_p50_ms)} delay_p99_ms={_fmt(delay.delay_p99_ms)}",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
+    return 0 if report.ok else 1
+
+
+def measure(console: Console, options: Options, bootstrap: str, broker_pid: int | None) -> Report:
+    """Start Spark, time the ``--once`` runs and the live delay on ``bootstrap``; print, save.
+
+    ``broker_pid`` (a local broker's) lets each run report the broker's CPU.
+    """
     from spark_sink.jars import connector_coordinates, ensure_spark_kafka_jars
     from spark_sink.session import create_session
 
@@ -626,17 +659,9 @@ def _run_against(console: Console, options: Options, bootstrap: str, broker_pid:
             "delay_p99_ms": delay.delay_p99_ms,
         },
     }
-    options.json_path.parent.mkdir(parents=True, exist_ok=True)
-    options.json_path.write_text(json.dumps(document, indent=2) + "\n")
-    console.print(f"results written to {options.json_path}", highlight=False)
-    console.print(
-        f"bench-sink: rows_per_s={throughput.rows_per_s:.0f} "
-        f"delay_p50_ms={_fmt(delay.delay_p50_ms)} delay_p99_ms={_fmt(delay.delay_p99_ms)}",
-        highlight=False,
-        markup=False,
-        soft_wrap=True,
-    )
-    return 0 if exact_once and exact_live and not delay.send_errors else 1
+    save_results(console, options.json_path, document)
+    ok = exact_once and exact_live and not delay.send_errors
+    return Report(throughput, delay, document, ok=ok, other_cpu_pct=busiest)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Options:

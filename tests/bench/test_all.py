@@ -1,0 +1,76 @@
+"""``python -m bench.all`` end to end on the test broker, at smoke-test size.
+
+Not a measurement: it proves that the benches run on a broker they are given,
+hand their results back, and that the one table, the JSON and the last line
+carry them. The sink (Spark) and the checker's RSS walk are skipped to keep
+it within seconds; ``make bench`` runs them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from bench import all as bench_all
+
+pytestmark = pytest.mark.kafka
+
+
+def test_bench_all_on_the_test_broker(kafka_bootstrap: str, tmp_path: Path) -> None:
+    json_path = tmp_path / "all.json"
+    options = bench_all.parse_args(
+        [
+            "--quick",
+            "--skip-sink",
+            "--skip-rss",
+            "--bootstrap-servers",
+            kafka_bootstrap,
+            "--producer-args=--senders 1,4 --seconds 1 --warmup 0.5",
+            "--checker-args=--halves 500",
+            "--json",
+            str(json_path),
+        ]
+    )
+    console = Console(record=True, width=200, force_terminal=False)
+
+    code = bench_all.run(console, options)
+
+    output = console.export_text()
+    assert code == 0, output
+    last = output.strip().splitlines()[-1]
+    assert last.startswith("bench: ratio_at_4="), last
+    assert "checker_rss_mb_at_50k=nan" in last and "sink_rows_per_s=nan" in last
+    for figure in ("ratio outbox/plain", "outbox end p99 ms", "scan rate, halves/s"):
+        assert figure in output
+    assert "at 1 / 4 senders" in output
+
+    document = json.loads(json_path.read_text())
+    assert document["verdicts"] == {"producer": "ok", "checker": "ok", "sink": "skipped"}
+    assert document["machine"]["cpus"] >= 1 and document["machine"]["python"]
+    assert document["broker"]["local"] is False
+    # Speeds are not asserted (the test machine may be busy); that each one was reported is.
+    assert set(document["summary"]) == {
+        "ratio_at_4",
+        "outbox_msgs_per_s_at_4",
+        "end_p99_ms",
+        "checker_halves_per_s",
+        "checker_rss_mb_at_50k",
+        "sink_rows_per_s",
+        "sink_delay_p50_ms",
+        "sink_delay_p99_ms",
+    }
+    assert document["summary"]["checker_halves_per_s"] > 0
+    producer = document["benches"]["producer"]
+    assert [(c["mode"], c["senders"]) for c in producer["cells"]] == [
+        ("plain", 1),
+        ("outbox", 1),
+        ("plain", 4),
+        ("outbox", 4),
+    ]
+    assert document["benches"]["checker"]["scan"]["walk"]["checks_sent"] == 500
+    assert document["benches"]["sink"] is None
+    # The benches' own result files are not written by ``bench.all``.
+    assert options.producer is not None and options.producer.json_path is None
