@@ -102,12 +102,13 @@ def settings_command(
     run: Callable[[SettingsT], None],
     *,
     help: str,
+    log_level: str = "INFO",
 ) -> None:
     """Register ``name`` on ``app``: flags from ``model``'s fields (plus
     ``--log-level``), then ``run(settings)``."""
 
     def command(**values: Any) -> None:
-        level = values.pop("log_level", None) or "INFO"
+        level = values.pop("log_level", None) or log_level
         logging.basicConfig(
             level=level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
         )
@@ -118,7 +119,7 @@ def settings_command(
         inspect.Parameter(
             "log_level",
             inspect.Parameter.KEYWORD_ONLY,
-            default="INFO",
+            default=log_level,
             annotation=Annotated[
                 str, typer.Option("--log-level", envvar="OUTBOX_LOG_LEVEL", help="Log level.")
             ],

@@ -29,7 +29,7 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """Runs in the child before exec: SIGKILL it when its parent goes away."""
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -65,7 +65,7 @@ def spawn(
             env=env,
             cwd=cwd,
             user=user,
-            preexec_fn=_start_detached if detached else _die_with_parent,
+            preexec_fn=_start_detached if detached else die_with_parent,
         )
 
 

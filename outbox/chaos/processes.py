@@ -1,0 +1,145 @@
+"""The chaos run's child processes: producers and checker replicas that can be killed and restarted.
+
+Each is started from the controller's main thread with PR_SET_PDEATHSIG (the
+signal follows the thread that forked), so a controller that dies takes its
+children with it. Their output goes to one log file per process and incarnation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+
+from outbox.chaos.worker import WorkerConfig
+from outbox.dev.processes import die_with_parent
+
+CLIENT_TIMEOUTS = {"session.timeout.ms": "6000", "heartbeat.interval.ms": "1000"}
+"""A killed member's partitions move on after 6 s instead of librdkafka's 45 s."""
+
+
+class ProducerProcess:
+    """One producer slot: the live process and the counts of its dead incarnations."""
+
+    def __init__(self, config: WorkerConfig, log_dir: Path) -> None:
+        self.config = config
+        self.log_dir = log_dir
+        self.incarnation = 0
+        self.earlier_sent = 0
+        self._sent = 0
+        self._ready = threading.Event()
+        self.process: subprocess.Popen[str] | None = None
+
+    @property
+    def sent(self) -> int:
+        """Halves stored by every incarnation so far (as each last reported)."""
+        return self.earlier_sent + self._sent
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def start(self) -> None:
+        self.incarnation += 1
+        self._sent = 0
+        self._ready.clear()
+        config = replace(self.config, incarnation=self.incarnation)
+        log = (self.log_dir / f"producer-{config.worker}.{self.incarnation}.log").open("w")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "outbox.chaos.worker", config.to_json()],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            preexec_fn=die_with_parent,
+        )
+        log.close()
+        threading.Thread(target=self._read_reports, args=(self.process,), daemon=True).start()
+
+    def wait_ready(self, timeout: float) -> bool:
+        return self._ready.wait(timeout)
+
+    def _read_reports(self, process: subprocess.Popen[str]) -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            words = line.split()
+            if words[:1] == ["READY"]:
+                self._ready.set()
+            elif words[:1] == ["SENT"] and process is self.process:
+                self._sent = int(words[1])
+
+    def kill(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+            self.earlier_sent += self._sent
+            self._sent = 0
+
+    def stop_sending(self) -> None:
+        self._command("stop\n")
+
+    def finish(self, timeout: float) -> None:
+        """Close stdin (the process shuts its producer down and exits), then wait."""
+        if self.process is None:
+            return
+        if self.process.stdin is not None:
+            with contextlib.suppress(BrokenPipeError):
+                self.process.stdin.close()
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+    def _command(self, text: str) -> None:
+        if self.alive and self.process is not None and self.process.stdin is not None:
+            with contextlib.suppress(BrokenPipeError):
+                self.process.stdin.write(text)
+                self.process.stdin.flush()
+
+
+class CheckerProcess:
+    """One checker replica (``outbox checker``) with a stable instance id."""
+
+    def __init__(self, index: int, env: Mapping[str, str], log_dir: Path) -> None:
+        self.index = index
+        self.env = {**os.environ, **env, "OUTBOX_INSTANCE_ID": f"checker-{index}"}
+        self.log_dir = log_dir
+        self.incarnation = 0
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def start(self) -> None:
+        self.incarnation += 1
+        with (self.log_dir / f"checker-{self.index}.{self.incarnation}.log").open("wb") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "outbox", "checker"],
+                env=self.env,
+                stdout=log,
+                stderr=log,
+                preexec_fn=die_with_parent,
+            )
+
+    def kill(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+
+    def stop(self, timeout: float) -> None:
+        """SIGTERM: the replica finishes its round and exits."""
+        if self.process is None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()

@@ -1,0 +1,466 @@
+"""The chaos controller: start everything, inject the seeded faults, settle, judge.
+
+Phases, each shown as it runs:
+
+1. a local Kafka broker, a local PostgreSQL with the outbox migrations, the
+   topics, the checker replicas, the Spark sink (continuous) and the producer
+   processes;
+2. sending: the producers place orders while the faults of
+   :func:`~outbox.chaos.plan.fault_plan` fire at their share of the run; a
+   killed process comes back after its down time, as a supervisor would
+   restart it;
+3. settling: sending stops, everything is up again, and the checker gets until
+   no half is pending;
+4. landing: the sink gets until every committed order is in its table;
+5. the verdict (:mod:`outbox.chaos.verdict`), a table, the last line.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from confluent_kafka.admin import AdminClient
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from outbox.admin import TopicSpec, ensure_topics, plan_topics
+from outbox.chaos.plan import Fault, FaultKind, fault_plan
+from outbox.chaos.processes import CLIENT_TIMEOUTS, CheckerProcess, ProducerProcess
+from outbox.chaos.settings import ChaosSettings
+from outbox.chaos.verdict import TopicState, Verdict, judge, read_topic_state
+from outbox.chaos.worker import GROUP, ORDERS_TABLE, WorkerConfig
+from outbox.dev.kafka import LocalKafka, ensure_kafka_jars
+from outbox.dev.postgres import LocalPostgres
+from outbox.errors import KafkaUnavailableError
+from outbox.protocol import TopicNames
+from outbox.sql import create_engine, upgrade
+from outbox.sql.log import transaction_log_table
+
+log = logging.getLogger(__name__)
+
+PREFIX = "chaos"
+REAL_TOPIC = "chaos.orders"
+GRACE_SECONDS = 20.0
+"""The SQL listener's grace: a half with no log row is rolled back once this old.
+The checker asks every CHECK_INTERVAL for CHECK_MAX rounds, well past it."""
+CHECK_INTERVAL_SECONDS = 2.0
+TICK_SECONDS = 0.2
+
+
+@dataclass
+class FaultEvent:
+    """A fault as it happened: when, what, and when its target came back."""
+
+    fault: Fault
+    at_seconds: float
+    target: str
+    restart_at: float
+    back_after: float | None = None
+
+
+@dataclass
+class Cluster:
+    """The broker, the checker replicas and the producer processes of one run."""
+
+    kafka: LocalKafka
+    checkers: list[CheckerProcess]
+    producers: list[ProducerProcess]
+    events: list[FaultEvent] = field(default_factory=list)
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def sent(self) -> int:
+        return sum(p.sent for p in self.producers)
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+
+def _step(console: Console, text: str) -> None:
+    console.print(f"[bold cyan]==>[/] {text}", highlight=False)
+
+
+def _prepare_database(url: str) -> None:
+    upgrade(url)
+    engine = create_engine(url)
+    with engine.begin() as connection:
+        connection.execute(
+            sa.text(f"CREATE TABLE {ORDERS_TABLE} (id TEXT PRIMARY KEY, total NUMERIC NOT NULL)")
+        )
+    engine.dispose()
+
+
+def _committed_in_database(url: str) -> set[str]:
+    table = transaction_log_table()
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            rows = connection.execute(
+                sa.select(table.c.transaction_id).where(table.c.producer_group == GROUP)
+            )
+            return {row.transaction_id for row in rows}
+    finally:
+        engine.dispose()
+
+
+def _checker_env(bootstrap: str) -> dict[str, str]:
+    return {
+        "OUTBOX_BOOTSTRAP_SERVERS": bootstrap,
+        "OUTBOX_TOPIC_PREFIX": PREFIX,
+        "OUTBOX_CHECK_INTERVAL_SECONDS": str(CHECK_INTERVAL_SECONDS),
+        "OUTBOX_KAFKA_TRANSACTION_TIMEOUT_MS": "10000",
+        "OUTBOX_KAFKA_PROPERTIES": json.dumps(CLIENT_TIMEOUTS),
+        "OUTBOX_HTTP_ADDRESS": "",
+    }
+
+
+# ----------------------------------------------------------------- faults
+
+
+def _fire(cluster: Cluster, fault: Fault, console: Console) -> None:
+    now = time.monotonic()
+    if fault.kind is FaultKind.KILL_PRODUCER:
+        target = _first_alive(cluster.producers, fault.target)
+        if target is None:
+            console.print(f"    [yellow]skipped[/] {fault.describe()}: no producer is up")
+            return
+        cluster.producers[target].kill()
+        name = f"producer {target}"
+    elif fault.kind is FaultKind.KILL_CHECKER:
+        target = _first_alive(cluster.checkers, fault.target)
+        if target is None:
+            console.print(f"    [yellow]skipped[/] {fault.describe()}: no checker is up")
+            return
+        cluster.checkers[target].kill()
+        name = f"checker {target}"
+    else:
+        if fault.kind is FaultKind.STOP_BROKER:
+            cluster.kafka.stop()
+        else:
+            cluster.kafka.kill()
+        name = "broker"
+    event = FaultEvent(fault, cluster.elapsed(), name, now + fault.down_seconds)
+    cluster.events.append(event)
+    console.print(
+        f"    [red]{event.at_seconds:6.1f}s[/] {fault.kind.verb} {name} at {cluster.sent} "
+        f"transactions, back in {fault.down_seconds:.1f}s",
+        highlight=False,
+    )
+
+
+def _first_alive(processes: list[Any], preferred: int) -> int | None:
+    """``preferred`` if it is up, else the next one that is (a down target cannot die again)."""
+    for step in range(len(processes)):
+        index = (preferred + step) % len(processes)
+        if processes[index].alive:
+            return index
+    return None
+
+
+def _restart_due(cluster: Cluster, console: Console, *, all_now: bool = False) -> None:
+    """Bring back every target whose down time is over (or all of them)."""
+    now = time.monotonic()
+    for event in cluster.events:
+        if event.back_after is not None or (now < event.restart_at and not all_now):
+            continue
+        if event.target == "broker":
+            cluster.kafka.start()
+        elif event.target.startswith("producer"):
+            slot = cluster.producers[int(event.target.split()[1])]
+            if not slot.alive:
+                slot.start()
+        else:
+            checker = cluster.checkers[int(event.target.split()[1])]
+            if not checker.alive:
+                checker.start()
+        event.back_after = time.monotonic() - (event.restart_at - event.fault.down_seconds)
+        console.print(
+            f"    [green]{cluster.elapsed():6.1f}s[/] {event.target} back "
+            f"({event.back_after:.1f}s after the fault)",
+            highlight=False,
+        )
+
+
+# ----------------------------------------------------------------- phases
+
+
+def _send_with_faults(
+    cluster: Cluster,
+    settings: ChaosSettings,
+    faults: list[Fault],
+    console: Console,
+    on_tick: Callable[[], None],
+) -> None:
+    queue = list(faults)
+    columns = (
+        TextColumn("    transactions"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console) as progress:
+        task = progress.add_task("sent", total=settings.transactions)
+        while cluster.sent < settings.transactions or queue:
+            while queue and cluster.sent >= queue[0].at_share * settings.transactions:
+                _fire(cluster, queue.pop(0), console)
+            _restart_due(cluster, console)
+            on_tick()
+            progress.update(task, completed=min(cluster.sent, settings.transactions))
+            time.sleep(TICK_SECONDS)
+        progress.update(task, completed=settings.transactions)
+    _restart_due(cluster, console, all_now=True)
+    for producer in cluster.producers:
+        producer.stop_sending()
+
+
+def _settle(
+    bootstrap: str, settings: ChaosSettings, console: Console, on_tick: Callable[[], None]
+) -> TopicState:
+    """Read the topics until no half is pending (or the settle time is over)."""
+    deadline = time.monotonic() + settings.settle_seconds
+    state = TopicState()
+    with console.status("    settling") as status:
+        while time.monotonic() < deadline:
+            on_tick()
+            try:
+                state = read_topic_state(bootstrap, TopicNames(PREFIX), (REAL_TOPIC,))
+            except KafkaUnavailableError as exc:
+                log.warning("reading the topics: %s", exc)
+                continue
+            status.update(
+                f"    settling: {len(state.transactions)} transactions, "
+                f"{len(state.pending)} pending, {len(state.discarded)} discarded"
+            )
+            if not state.pending:
+                break
+            time.sleep(3)
+    return state
+
+
+class Sink:
+    """The Spark sink in continuous mode, restarted from its checkpoint if its query fails."""
+
+    def __init__(self, bootstrap: str, work: Path) -> None:
+        from spark_sink.settings import SinkSettings
+
+        self.settings = SinkSettings(
+            bootstrap_servers=bootstrap,
+            topics=(REAL_TOPIC,),
+            topic_prefix=PREFIX,
+            output=str(work / "table"),
+            checkpoint=str(work / "checkpoint"),
+            trigger=2.0,
+            master="local[2]",
+            shuffle_partitions=2,
+            kafka_options={"session.timeout.ms": "10000"},
+        )
+        self.restarts = 0
+        self.failures: list[str] = []
+        self.spark: Any = None
+        self.run: Any = None
+
+    def start(self) -> None:
+        from spark_sink.job import new_session, start_sink
+
+        if self.spark is None:
+            self.spark = new_session(self.settings)
+        self.run = start_sink(self.settings, self.spark)
+
+    def check(self) -> None:
+        """Report progress; a failed query is logged and started again, as a supervisor would."""
+        from spark_sink.errors import SinkError
+
+        try:
+            self.run.wait(timeout=0)
+        except SinkError as exc:
+            self.failures.append(str(exc).splitlines()[0])
+            log.warning("sink query failed, restarting it: %s", exc)
+            self.restarts += 1
+            self.start()
+
+    def rows(self) -> Counter[str]:
+        path = self.settings.output
+        if not Path(path).exists():
+            return Counter()
+        frame = self.spark.read.parquet(path).select("transaction_id")
+        return Counter(row.transaction_id for row in frame.collect())
+
+    def wait_for(self, committed: set[str], timeout: float, console: Console) -> Counter[str]:
+        deadline = time.monotonic() + timeout
+        rows: Counter[str] = Counter()
+        with console.status("    landing") as status:
+            while time.monotonic() < deadline:
+                self.check()
+                rows = self.rows()
+                missing = len(committed - set(rows))
+                status.update(f"    landing: {len(rows)} rows in the table, {missing} to come")
+                if not missing:
+                    break
+                time.sleep(2)
+        return rows
+
+    def stop(self) -> None:
+        if self.run is not None:
+            self.run.stop()
+        if self.spark is not None:
+            self.spark.stop()
+
+
+def run(console: Console, settings: ChaosSettings) -> int:
+    started = time.monotonic()
+    faults = fault_plan(
+        settings.seed,
+        producers=settings.producers,
+        checkers=settings.checkers,
+        producer_kills=settings.producer_kills,
+        checker_kills=settings.checker_kills,
+        broker_restarts=settings.broker_restarts,
+    )
+    _step(console, f"seed {settings.seed}: {len(faults)} faults planned")
+    for fault in faults:
+        console.print(
+            f"    at {fault.at_share:6.1%} of {settings.transactions}: {fault.describe()}",
+            highlight=False,
+        )
+    _step(console, "resolving the Kafka and Spark connector jars (cached after the first run)")
+    ensure_kafka_jars()
+    from spark_sink.jars import ensure_spark_kafka_jars
+
+    ensure_spark_kafka_jars()
+    work = Path(settings.work_dir or tempfile.mkdtemp(prefix="outbox-chaos-"))
+    logs = work / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    console.print(f"    work dir {work} (logs in {logs})", highlight=False)
+    with LocalPostgres(database="chaos") as postgres, LocalKafka(work / "kafka") as kafka:
+        bootstrap = kafka.bootstrap_servers
+        console.print(f"    Kafka {bootstrap}; PostgreSQL {postgres.url}", highlight=False)
+        _prepare_database(postgres.url)
+        names = TopicNames(PREFIX)
+        ensure_topics(
+            AdminClient({"bootstrap.servers": bootstrap}),
+            [
+                *plan_topics(names, settings.partitions, 1, (GROUP,)),
+                TopicSpec(REAL_TOPIC, settings.partitions, 1),
+            ],
+        )
+        cluster = Cluster(
+            kafka,
+            [CheckerProcess(i, _checker_env(bootstrap), logs) for i in range(settings.checkers)],
+            [
+                ProducerProcess(_worker_config(settings, bootstrap, postgres.url, i), logs)
+                for i in range(settings.producers)
+            ],
+        )
+        sink = Sink(bootstrap, work)
+        try:
+            verdict = _run_phases(console, settings, cluster, sink, faults, postgres.url)
+        finally:
+            for producer in cluster.producers:
+                producer.finish(timeout=30)
+            for checker in cluster.checkers:
+                checker.stop(timeout=30)
+            sink.stop()
+    _report(console, verdict, cluster, sink, time.monotonic() - started)
+    if not verdict.failures and not settings.work_dir:
+        shutil.rmtree(work, ignore_errors=True)
+    return 1 if verdict.failures else 0
+
+
+def _worker_config(settings: ChaosSettings, bootstrap: str, url: str, index: int) -> WorkerConfig:
+    return WorkerConfig(
+        bootstrap_servers=bootstrap,
+        topic_prefix=PREFIX,
+        real_topic=REAL_TOPIC,
+        database_url=url,
+        worker=index,
+        incarnation=0,
+        threads=settings.threads,
+        seed=settings.seed,
+        rollback_share=settings.rollback_share,
+        unknown_share=settings.unknown_share,
+        grace_seconds=GRACE_SECONDS,
+        kafka_properties=CLIENT_TIMEOUTS,
+    )
+
+
+def _run_phases(
+    console: Console,
+    settings: ChaosSettings,
+    cluster: Cluster,
+    sink: Sink,
+    faults: list[Fault],
+    url: str,
+) -> Verdict:
+    _step(console, f"{settings.checkers} checker replicas, the Spark sink (continuous)")
+    for checker in cluster.checkers:
+        checker.start()
+    sink.start()
+    _step(console, f"{settings.producers} producer processes x {settings.threads} threads")
+    for producer in cluster.producers:
+        producer.start()
+    for producer in cluster.producers:
+        if not producer.wait_ready(120):
+            raise RuntimeError(f"producer {producer.config.worker} did not start; see its log")
+    cluster.started = time.monotonic()
+    _step(console, f"sending {settings.transactions} transactions under faults")
+    _send_with_faults(cluster, settings, faults, console, sink.check)
+    _step(console, "faults over: waiting for the checker to settle every half")
+    state = _settle(cluster.kafka.bootstrap_servers, settings, console, sink.check)
+    committed = _committed_in_database(url)
+    _step(console, "waiting for the sink to land every committed order")
+    rows = sink.wait_for(committed, settings.settle_seconds, console)
+    state = read_topic_state(cluster.kafka.bootstrap_servers, TopicNames(PREFIX), (REAL_TOPIC,))
+    return judge(settings.seed, committed, state, rows)
+
+
+def _report(
+    console: Console, verdict: Verdict, cluster: Cluster, sink: Sink, seconds: float
+) -> None:
+    faults = Table(title="faults injected")
+    for column in ("at", "fault", "target", "back after"):
+        faults.add_column(column, justify="right")
+    for event in cluster.events:
+        faults.add_row(
+            f"{event.at_seconds:.1f}s",
+            str(event.fault.kind),
+            event.target,
+            f"{event.back_after:.1f}s" if event.back_after is not None else "-",
+        )
+    console.print(faults)
+    table = Table(title=f"chaos run, seed {verdict.seed} ({seconds:.0f}s)")
+    table.add_column("what")
+    table.add_column("count", justify="right")
+    rows = [
+        ("transactions (halves stored)", verdict.transactions),
+        ("committed in the database", verdict.committed),
+        ("rolled back (or never committed)", verdict.rolled_back),
+        ("rows in the sink", verdict.sink_rows),
+        ("lost (committed, not in the sink)", verdict.lost),
+        ("phantom (visible, not committed)", verdict.phantom),
+        ("duplicates in the sink", verdict.duplicates_in_sink),
+        ("raw duplicates on the real topic", verdict.raw_duplicates),
+        ("pending halves", verdict.pending),
+        ("discarded halves", verdict.discarded),
+        ("sink query restarts", sink.restarts),
+    ]
+    for name, count in rows:
+        table.add_row(name, str(count))
+    for cause, count in verdict.causes.most_common():
+        table.add_row(f"  raw duplicates: {cause}", str(count))
+    console.print(table)
+    for failure in sink.failures:
+        console.print(f"[yellow]sink query failed and was restarted:[/] {failure}")
+    for failure in verdict.failures:
+        console.print(f"[red]invariant failed:[/] {failure}")
+    console.print(verdict.line(), highlight=False)

@@ -1,0 +1,43 @@
+"""The chaos run's settings: each field is a flag of ``outbox chaos`` and an env variable."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ChaosSettings(BaseSettings):
+    """How big the run is and how many faults of each kind the controller injects."""
+
+    model_config = SettingsConfigDict(env_prefix="OUTBOX_CHAOS_", extra="forbid")
+
+    seed: int = Field(1, description="seed of the fault schedule and of the orders")
+    transactions: int = Field(
+        10_000, ge=100, description="transactions to send before the faults stop"
+    )
+    producers: int = Field(
+        4, ge=2, description="producer processes; live ones answer the check-backs of killed ones"
+    )
+    threads: int = Field(4, ge=1, description="sending threads per producer process")
+    checkers: int = Field(2, ge=1, description="checker replicas")
+    producer_kills: int = Field(6, ge=0, description="SIGKILLs of a producer process")
+    checker_kills: int = Field(2, ge=0, description="SIGKILLs of a checker replica")
+    broker_restarts: int = Field(
+        2, ge=0, description="broker outages (alternately a clean stop and a SIGKILL)"
+    )
+    rollback_share: float = Field(
+        0.15, ge=0, le=1, description="orders a business rule refuses (local rollback)"
+    )
+    unknown_share: float = Field(
+        0.02,
+        ge=0,
+        le=1,
+        description="committed orders whose listener answers UNKNOW (resolved by check-back)",
+    )
+    partitions: int = Field(4, ge=1, description="partitions of the outbox and real topics")
+    settle_seconds: float = Field(
+        240.0, gt=0, description="how long the checker and sink may take to settle after faults"
+    )
+    work_dir: str | None = Field(
+        None, description="where logs, the table and checkpoints go (default: a temp dir)"
+    )

@@ -1,0 +1,150 @@
+"""The chaos run's invariants, computed from what the database and the topics hold.
+
+The producer processes' own counts are only progress: a killed process takes
+its counts with it. The record is the transaction log (what committed), the
+half, op and discard topics (what was asked and decided), the real topic (what
+was published) and the sink's table (what landed).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from outbox.protocol import (
+    DiscardRecord,
+    HalfRecord,
+    OpRecord,
+    RawRecord,
+    RealRecord,
+    RecordKind,
+    Resolution,
+    TopicNames,
+)
+from outbox.reading import read_topic
+
+
+@dataclass
+class TopicState:
+    """Everything the outbox topics of the run hold, decoded."""
+
+    originals: dict[tuple[int, int], str] = field(default_factory=dict)
+    """(partition, offset) of every half as its producer wrote it (not a checker copy)."""
+    copies: set[tuple[int, int]] = field(default_factory=set)
+    """(partition, offset) of the checker's put-back copies."""
+    transactions: set[str] = field(default_factory=set)
+    ops: list[OpRecord] = field(default_factory=list)
+    discarded: set[str] = field(default_factory=set)
+    real: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def decided(self) -> set[str]:
+        return {op.transaction_id for op in self.ops}
+
+    @property
+    def pending(self) -> set[str]:
+        """Halves with neither an outcome nor a discard: what the checker still owes."""
+        return self.transactions - self.decided - self.discarded
+
+
+def read_topic_state(bootstrap: str, topics: TopicNames, real_topics: Iterable[str]) -> TopicState:
+    """Read every outbox topic and the real topics from the start, ``read_committed``."""
+    client = {"bootstrap.servers": bootstrap}
+    state = TopicState()
+
+    def records(topic: str) -> list[RawRecord]:
+        return read_topic(client, topic, timeout=120)
+
+    for raw in records(topics.half):
+        half = HalfRecord.from_record(raw)
+        state.transactions.add(half.transaction_id)
+        if half.check_times == 0:
+            state.originals[(raw.partition, raw.offset)] = half.transaction_id
+        else:
+            state.copies.add((raw.partition, raw.offset))
+    state.ops = [OpRecord.from_record(raw) for raw in records(topics.op)]
+    for raw in records(topics.discard):
+        if raw.kind() is RecordKind.DISCARD:
+            state.discarded.add(DiscardRecord.from_record(raw).original_half().transaction_id)
+    for topic in real_topics:
+        state.real.update(RealRecord.from_record(raw).transaction_id for raw in records(topic))
+    return state
+
+
+def duplicate_causes(state: TopicState) -> Counter[str]:
+    """Why each extra copy of an event reached the real topic, from the ops that wrote it.
+
+    A commit is written with its op in one Kafka transaction, and the op names
+    the half it answers: the producer's own end names the original half, a
+    check-back answer names the put-back copy the checker asked about.
+    """
+    commits: dict[str, list[str]] = {}
+    for op in state.ops:
+        if op.resolution is Resolution.COMMIT and state.real[op.transaction_id] > 1:
+            where = (op.half_partition, op.half_offset)
+            origin = "end" if where in state.originals else "check-back"
+            commits.setdefault(op.transaction_id, []).append(origin)
+    causes: Counter[str] = Counter()
+    for transaction_id, origins in commits.items():
+        extra = state.real[transaction_id] - 1
+        if "end" in origins and "check-back" in origins:
+            causes["a check-back answered before the producer's own end was read"] += extra
+        elif origins.count("check-back") > 1:
+            causes["two check-backs of one transaction both answered"] += extra
+        else:
+            causes[f"other ({', '.join(sorted(origins))})"] += extra
+    return causes
+
+
+@dataclass
+class Verdict:
+    seed: int
+    transactions: int
+    committed: int
+    rolled_back: int
+    lost: int
+    phantom: int
+    duplicates_in_sink: int
+    raw_duplicates: int
+    pending: int
+    discarded: int
+    causes: Counter[str]
+    sink_rows: int
+
+    @property
+    def failures(self) -> list[str]:
+        problems = {
+            "committed transactions missing from the sink (lost)": self.lost,
+            "rolled-back or unknown transactions visible (phantom)": self.phantom,
+            "duplicate rows in the sink": self.duplicates_in_sink,
+            "halves still pending": self.pending,
+        }
+        return [f"{count} {what}" for what, count in problems.items() if count]
+
+    def line(self) -> str:
+        return (
+            f"chaos: seed={self.seed} transactions={self.transactions} "
+            f"committed={self.committed} lost={self.lost} phantom={self.phantom} "
+            f"duplicates_in_sink={self.duplicates_in_sink} raw_duplicates={self.raw_duplicates} "
+            f"pending={self.pending}"
+        )
+
+
+def judge(seed: int, committed_in_db: set[str], state: TopicState, sink: Counter[str]) -> Verdict:
+    """Every invariant of the run, from the database's commits, the topics and the table."""
+    visible = set(state.real) | set(sink)
+    return Verdict(
+        seed=seed,
+        transactions=len(state.transactions),
+        committed=len(committed_in_db),
+        rolled_back=len(state.transactions - committed_in_db),
+        lost=len(committed_in_db - set(sink)),
+        phantom=len(visible - committed_in_db),
+        duplicates_in_sink=sum(sink.values()) - len(sink),
+        raw_duplicates=sum(state.real.values()) - len(state.real),
+        pending=len(state.pending),
+        discarded=len(state.discarded),
+        causes=duplicate_causes(state),
+        sink_rows=sum(sink.values()),
+    )

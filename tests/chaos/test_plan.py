@@ -1,0 +1,32 @@
+"""The fault schedule is a pure function of its seed, inside the run's fault window."""
+
+from outbox.chaos.plan import FIRST_FAULT_AT, LAST_FAULT_AT, FaultKind, fault_plan
+
+SIZES = {"producers": 4, "checkers": 2, "producer_kills": 6, "checker_kills": 2}
+
+
+def test_the_same_seed_gives_the_same_plan_and_another_seed_another():
+    assert fault_plan(7, broker_restarts=2, **SIZES) == fault_plan(7, broker_restarts=2, **SIZES)
+    assert fault_plan(7, broker_restarts=2, **SIZES) != fault_plan(8, broker_restarts=2, **SIZES)
+
+
+def test_the_plan_has_every_fault_asked_for_in_firing_order_within_the_window():
+    plan = fault_plan(3, broker_restarts=3, **SIZES)
+    kinds = [fault.kind for fault in plan]
+    assert kinds.count(FaultKind.KILL_PRODUCER) == 6
+    assert kinds.count(FaultKind.KILL_CHECKER) == 2
+    assert kinds.count(FaultKind.STOP_BROKER) + kinds.count(FaultKind.KILL_BROKER) == 3
+    shares = [fault.at_share for fault in plan]
+    assert shares == sorted(shares)
+    assert all(FIRST_FAULT_AT <= share <= LAST_FAULT_AT for share in shares)
+    assert all(0 <= f.target < 4 for f in plan if f.kind is FaultKind.KILL_PRODUCER)
+    assert all(0 <= f.target < 2 for f in plan if f.kind is FaultKind.KILL_CHECKER)
+
+
+def test_broker_outages_alternate_between_a_clean_stop_and_a_kill():
+    kinds = [
+        f.kind
+        for f in fault_plan(5, broker_restarts=2, **SIZES)
+        if f.kind in (FaultKind.STOP_BROKER, FaultKind.KILL_BROKER)
+    ]
+    assert sorted(kinds) == [FaultKind.KILL_BROKER, FaultKind.STOP_BROKER]

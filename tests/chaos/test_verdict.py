@@ -1,0 +1,71 @@
+"""The chaos verdict catches each kind of violation it reports (topics given as decoded state)."""
+
+from collections import Counter
+
+from outbox.chaos.verdict import TopicState, duplicate_causes, judge
+from outbox.protocol import OpRecord, Resolution
+
+
+def _op(transaction_id: str, offset: int, resolution: Resolution = Resolution.COMMIT) -> OpRecord:
+    return OpRecord(transaction_id, "group", 0, offset, resolution, ended_ms=1)
+
+
+def _state() -> TopicState:
+    """t1 committed, t2 rolled back: the clean run every test then breaks one way."""
+    return TopicState(
+        originals={(0, 0): "t1", (0, 1): "t2"},
+        transactions={"t1", "t2"},
+        ops=[_op("t1", 0), _op("t2", 1, Resolution.ROLLBACK)],
+        real=Counter({"t1": 1}),
+    )
+
+
+def test_a_clean_run_has_no_failures():
+    verdict = judge(1, {"t1"}, _state(), Counter({"t1": 1}))
+    assert verdict.failures == []
+    assert verdict.line() == (
+        "chaos: seed=1 transactions=2 committed=1 lost=0 phantom=0 duplicates_in_sink=0 "
+        "raw_duplicates=0 pending=0"
+    )
+    assert verdict.rolled_back == 1
+
+
+def test_a_committed_transaction_missing_from_the_sink_is_lost():
+    verdict = judge(1, {"t1"}, _state(), Counter())
+    assert verdict.lost == 1
+    assert any("lost" in failure for failure in verdict.failures)
+
+
+def test_a_rolled_back_transaction_on_the_real_topic_is_a_phantom():
+    state = _state()
+    state.real["t2"] = 1
+    verdict = judge(1, {"t1"}, state, Counter({"t1": 1}))
+    assert verdict.phantom == 1
+    assert any("phantom" in failure for failure in verdict.failures)
+
+
+def test_two_rows_of_one_transaction_in_the_sink_fail_the_run():
+    verdict = judge(1, {"t1"}, _state(), Counter({"t1": 2}))
+    assert verdict.duplicates_in_sink == 1
+    assert verdict.failures
+
+
+def test_a_half_with_no_op_and_no_discard_is_pending():
+    state = _state()
+    state.transactions.add("t3")
+    assert judge(1, {"t1"}, state, Counter({"t1": 1})).pending == 1
+    state.discarded.add("t3")
+    assert judge(1, {"t1"}, state, Counter({"t1": 1})).pending == 0
+
+
+def test_raw_duplicates_are_reported_with_their_cause_without_failing_the_run():
+    state = _state()
+    state.copies.add((0, 5))
+    state.ops.append(_op("t1", 5))  # a check-back answered for the copy at offset 5
+    state.real["t1"] = 2
+    verdict = judge(1, {"t1"}, state, Counter({"t1": 1}))
+    assert verdict.raw_duplicates == 1
+    assert verdict.failures == []
+    assert duplicate_causes(state) == Counter(
+        {"a check-back answered before the producer's own end was read": 1}
+    )
