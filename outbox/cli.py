@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
+from typing import Annotated
 
 import typer
 from pydantic import ValidationError
@@ -16,9 +18,12 @@ from pydantic import ValidationError
 from checker.cli import register as register_checker
 from checker.discard import register as register_discard
 from checker.status import register as register_status
+from outbox import config_reference
+from outbox.chaos.settings import ChaosSettings
 from outbox.dev.kafka_cli import kafka_app
 from outbox.errors import OutboxError
 from outbox.protocol import ProtocolError
+from outbox.settings_cli import settings_command
 from outbox.sql.cli import db_app
 from outbox.topics_cli import topics_app
 from spark_sink.cli import sink, spark_app
@@ -48,6 +53,45 @@ def demo() -> None:
     from outbox.demo import main as demo_main
 
     demo_main()
+
+
+def _run_chaos(settings: ChaosSettings) -> None:
+    from outbox.chaos.run import run
+    from outbox.console import make_console
+
+    sys.exit(run(make_console(), settings))
+
+
+settings_command(
+    app,
+    "chaos",
+    ChaosSettings,
+    _run_chaos,
+    help="Run the pipeline under seeded faults (kill -9 producers and checkers, broker"
+    " restarts) and verify nothing committed is lost and nothing rolled back is visible.",
+    log_level="WARNING",
+)
+
+
+@app.command("config-reference")
+def config_reference_command(
+    write: Annotated[
+        Path | None,
+        typer.Option(
+            "--write",
+            help="Rewrite the section between the config-reference markers of this Markdown"
+            " file (README.md) instead of printing.",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Print the configuration reference (Markdown), generated from the settings objects."""
+    reference = config_reference.render(app)
+    if write is None:
+        typer.echo(reference, nl=False)
+        return
+    changed = config_reference.write_section(write, reference)
+    typer.echo(f"{write}: configuration reference {'updated' if changed else 'already current'}")
 
 
 def main() -> None:

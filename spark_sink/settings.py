@@ -83,7 +83,7 @@ class SinkSettings(BaseSettings):
     dedup_window: float = Field(
         3600.0,
         gt=0,
-        description="how long (ingestion time) a transaction id is remembered ('1h', '7d')",
+        description="seconds (ingestion time) a transaction id is remembered ('30m', '1h', '7d')",
     )
     max_offsets_per_trigger: int | None = Field(
         None, ge=1, description="cap on records per micro-batch (all available when unset)"

@@ -1,0 +1,96 @@
+"""The README's configuration reference is what the settings objects say now.
+
+The reference is generated (``outbox config-reference``), so the only way it
+can be wrong is by not being regenerated after a settings change; this test
+catches that, and says how to fix it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+from typer.testing import CliRunner
+
+from outbox import config_reference
+from outbox.cli import app
+from outbox.config_reference import END_MARKER, START_MARKER, WRITE_COMMAND, Component
+
+README = Path(__file__).parents[2] / "README.md"
+
+
+def test_readme_configuration_reference_is_current() -> None:
+    readme = README.read_text(encoding="utf-8")
+    current = config_reference.replace_section(readme, config_reference.render(app))
+    assert readme == current, (
+        "README.md's configuration reference differs from the settings objects: "
+        f"run `{WRITE_COMMAND}` and commit the result"
+    )
+
+
+def test_every_settings_field_and_variable_is_listed() -> None:
+    reference = config_reference.render(app)
+    for component in config_reference.COMPONENTS:
+        if component.settings is None:
+            continue
+        for name in component.settings.model_fields:
+            assert f"| `{name}` |" in reference, f"{component.title}: {name} missing"
+    for variable in ("OUTBOX_SINK_BOOTSTRAP_SERVERS", "OUTBOX_LOG_LEVEL", "OUTBOX_DATABASE_URL"):
+        assert f"`{variable}`" in reference
+
+
+class _Secretive(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="DEMO_")
+
+    password: dict[str, str] = Field(
+        default_factory=lambda: {"sasl.password": "hunter2"},
+        repr=False,
+        description="client properties",
+    )
+
+
+class _Undocumented(BaseSettings):
+    retries: int = 1
+
+
+def test_secret_defaults_are_never_shown() -> None:
+    reference = config_reference.render(app, [Component("Secretive", "A test.", _Secretive)])
+    assert "hunter2" not in reference
+    assert "| `password` | `DEMO_PASSWORD` | set, not shown | client properties |" in reference
+
+
+def test_a_field_without_description_is_an_error() -> None:
+    with pytest.raises(ValueError, match="'retries' has no description"):
+        config_reference.render(app, [Component("Undocumented", "A test.", _Undocumented)])
+
+
+def test_options_that_fill_no_field_are_an_error() -> None:
+    component = Component("Sink", "x", _Secretive, commands=(("sink",),))
+    with pytest.raises(ValueError, match="fills no field"):
+        config_reference.render(app, [component])
+
+
+def test_write_rewrites_only_the_marked_section(tmp_path: Path) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# Title\n\n{START_MARKER}\nstale\n{END_MARKER}\n\n## After\n")
+    runner = CliRunner()
+
+    first = runner.invoke(app, ["config-reference", "--write", str(readme)])
+    second = runner.invoke(app, ["config-reference", "--write", str(readme)])
+
+    assert first.exit_code == 0 and "updated" in first.output
+    assert second.exit_code == 0 and "already current" in second.output
+    text = readme.read_text()
+    assert text.startswith(f"# Title\n\n{START_MARKER}\n")
+    assert text.endswith(f"{END_MARKER}\n\n## After\n")
+    assert "stale" not in text and "### Checker: `outbox checker`" in text
+
+
+def test_write_refuses_a_file_without_markers(tmp_path: Path) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text("# Title\n")
+    with pytest.raises(ValueError, match="config-reference:start"):
+        config_reference.write_section(readme, "x")
+    assert readme.read_text() == "# Title\n"
