@@ -1,5 +1,6 @@
-# One image for every Python service in docker-compose.yml (checker, sink, demo):
-# they are sub-commands of the same `outbox` entry point, so they share a build.
+# One image for every Python service in docker-compose.yml: the checker and the
+# sink are sub-commands of the same `outbox` entry point, and the demo runs
+# examples/order_service.py from the source tree copied to /app, so they share a build.
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -18,6 +19,7 @@ RUN useradd --system --uid 10001 --user-group --no-create-home --shell /usr/sbin
     && mkdir -p /var/lib/outbox-sink && chown outbox:outbox /var/lib/outbox-sink
 
 WORKDIR /app
+# Everything .dockerignore lets through: the package sources and examples/.
 COPY . .
 # The postgres extra brings psycopg 3, the driver the postgresql+psycopg URLs name;
 # the spark extra brings pyspark for `outbox sink`.

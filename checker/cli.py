@@ -11,7 +11,7 @@ import typer
 from checker.http import serve
 from checker.service import Checker
 from checker.settings import CheckerSettings
-from outbox.settings_cli import settings_command
+from outbox.settings_cli import KAFKA_PROPERTY_FLAGS, settings_command
 
 log = logging.getLogger(__name__)
 
@@ -47,4 +47,5 @@ def register(app: typer.Typer) -> None:
         CheckerSettings,
         run_checker,
         help="Run a checker replica: find halves with no outcome and ask their producers.",
+        flags={"kafka_properties": KAFKA_PROPERTY_FLAGS},
     )

@@ -1,9 +1,9 @@
 """A small order service that publishes ``order-created`` events through the outbox.
 
-The local transaction is a SQLite transaction that inserts the order and records
-the transaction id in the same database transaction, so the check-back is a
-lookup: id recorded -> COMMIT, otherwise ROLLBACK (after a grace period, in a
-real service, to let a slow transaction finish).
+The local transaction is one SQLAlchemy transaction (``SqlTransactionListener``):
+the order row and the outbox's transaction-log row commit together, so a
+check-back, whether this service or ``outbox checker --resolve-from-db``
+answers it, is a lookup of that row.
 
 Run it against a broker with the outbox topics and an ``orders`` topic::
 
@@ -12,57 +12,82 @@ Run it against a broker with the outbox topics and an ``orders`` topic::
     python examples/order_service.py --bootstrap 127.0.0.1:PORT --topic orders
 
 (`outbox topics create` does not create your own topics: create ``orders`` with
-any Kafka tool, or pass ``--create-topic``.)
+any Kafka tool, or pass ``--create-topic``.) Left out, ``--bootstrap``,
+``--prefix`` and ``--database-url`` come from ``OUTBOX_BOOTSTRAP_SERVERS``,
+``OUTBOX_TOPIC_PREFIX`` and ``OUTBOX_DATABASE_URL``, which is how
+docker-compose.yml's ``demo`` service points it at the compose Kafka and
+PostgreSQL; with no database URL at all it uses a throwaway SQLite database.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sqlite3
-import threading
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session, sessionmaker
 
 from outbox import LocalTransactionState, Message, ProducerSettings, TransactionProducer
+from outbox.config import BOOTSTRAP_ENV
+from outbox.protocol import DEFAULT_PREFIX
+from outbox.sql import DATABASE_URL_ENV, SqlTransactionListener, create_engine, upgrade
+
+GROUP = "order-service"
+PREFIX_ENV = "OUTBOX_TOPIC_PREFIX"
+
+# Rows are keyed by a generated id, not by the order's reference, so that a
+# second run against a database that outlives the service (compose's PostgreSQL)
+# places its orders again instead of failing on the first run's rows.
+ORDERS = sa.Table(
+    "orders",
+    sa.MetaData(),
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("reference", sa.String(64), nullable=False),
+    sa.Column("total", sa.Float, nullable=False),
+)
 
 
-class OrderListener:
-    """Runs the order insert as the local transaction and answers check-backs."""
-
-    def __init__(self, path: str) -> None:
-        self._db = sqlite3.connect(path, check_same_thread=False)
-        self._lock = threading.Lock()  # one sqlite connection, many sending threads
-        with self._db:
-            self._db.execute("CREATE TABLE IF NOT EXISTS orders (id TEXT PRIMARY KEY, total REAL)")
-            self._db.execute(
-                "CREATE TABLE IF NOT EXISTS outbox_log (transaction_id TEXT PRIMARY KEY)"
-            )
-
-    def execute_local_transaction(self, message: Message, order: dict) -> LocalTransactionState:
-        if order["total"] <= 0:
-            return LocalTransactionState.ROLLBACK_MESSAGE  # a business rule said no
-        with self._lock, self._db:  # one database transaction: both rows or neither
-            self._db.execute("INSERT INTO orders VALUES (?, ?)", (order["id"], order["total"]))
-            self._db.execute("INSERT INTO outbox_log VALUES (?)", (message.transaction_id,))
-        return LocalTransactionState.COMMIT_MESSAGE
-
-    def check_local_transaction(self, message: Message) -> LocalTransactionState:
-        with self._lock:
-            row = self._db.execute(
-                "SELECT 1 FROM outbox_log WHERE transaction_id = ?", (message.transaction_id,)
-            ).fetchone()
-        return (
-            LocalTransactionState.COMMIT_MESSAGE if row else LocalTransactionState.ROLLBACK_MESSAGE
-        )
+def create_order(session: Session, message: Message, order: dict[str, Any]) -> object:
+    """The business change; the listener adds the log row and commits both, or neither."""
+    if order["total"] <= 0:
+        return LocalTransactionState.ROLLBACK_MESSAGE  # a business rule said no
+    session.execute(ORDERS.insert().values(reference=order["id"], total=order["total"]))
+    return None
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bootstrap", required=True)
+def build_parser(environ: Mapping[str, str] = os.environ) -> argparse.ArgumentParser:
+    """The flags; each left out takes its outbox variable from ``environ``, if set."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    bootstrap = environ.get(BOOTSTRAP_ENV) or None
+    parser.add_argument(
+        "--bootstrap",
+        default=bootstrap,
+        required=bootstrap is None,
+        help=f"Kafka bootstrap servers (default: ${BOOTSTRAP_ENV})",
+    )
     parser.add_argument("--topic", default="orders")
-    parser.add_argument("--prefix", default="outbox")
-    parser.add_argument("--db", default=":memory:")
+    parser.add_argument(
+        "--prefix",
+        default=environ.get(PREFIX_ENV) or DEFAULT_PREFIX,
+        help=f"outbox topic prefix (default: ${PREFIX_ENV}, else {DEFAULT_PREFIX})",
+    )
+    parser.add_argument(
+        "--database-url",
+        default=environ.get(DATABASE_URL_ENV) or None,
+        help=f"SQLAlchemy URL of the orders and the transaction log (default: "
+        f"${DATABASE_URL_ENV}, else a throwaway SQLite database)",
+    )
     parser.add_argument("--create-topic", action="store_true")
-    args = parser.parse_args()
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
 
     if args.create_topic:
         from confluent_kafka.admin import AdminClient
@@ -73,19 +98,27 @@ def main() -> None:
             AdminClient({"bootstrap.servers": args.bootstrap}), [TopicSpec(args.topic, 3, 1)]
         )
 
-    settings = ProducerSettings(bootstrap_servers=args.bootstrap, topic_prefix=args.prefix)
     orders = [
         {"id": "o-1", "total": 42.0},
         {"id": "o-2", "total": 0.0},
         {"id": "o-3", "total": 7.5},
     ]
-    with TransactionProducer("order-service", OrderListener(args.db), settings) as producer:
-        for order in orders:
-            message = Message(args.topic, json.dumps(order), key=order["id"])
-            result = producer.send_message_in_transaction(message, order)
-            print(
-                f"{order['id']}: {result.local_transaction_state.name} -> {result.end_status.name}"
-            )
+    settings = ProducerSettings(bootstrap_servers=args.bootstrap, topic_prefix=args.prefix)
+    with tempfile.TemporaryDirectory() as scratch:
+        engine = create_engine(args.database_url or f"sqlite:///{Path(scratch) / 'orders.db'}")
+        upgrade(engine)  # the transaction-log table, by the outbox's migrations
+        ORDERS.metadata.create_all(engine)  # the service's own table
+        listener = SqlTransactionListener(sessionmaker(engine), create_order, group=GROUP)
+        listener.verify()
+        with TransactionProducer(GROUP, listener, settings) as producer:
+            for order in orders:
+                message = Message(args.topic, json.dumps(order), key=order["id"])
+                result = producer.send_message_in_transaction(message, order)
+                print(
+                    f"{order['id']}: {result.local_transaction_state.name} -> "
+                    f"{result.end_status.name}"
+                )
+        engine.dispose()
 
 
 if __name__ == "__main__":

@@ -26,7 +26,8 @@ from outbox.protocol import ProtocolError
 from outbox.settings_cli import settings_command
 from outbox.sql.cli import db_app
 from outbox.topics_cli import topics_app
-from spark_sink.cli import sink, spark_app
+from spark_sink.cli import register as register_sink
+from spark_sink.cli import spark_app
 
 app = typer.Typer(
     name="outbox",
@@ -44,7 +45,7 @@ dev_app = typer.Typer(help="Local runtimes for development and tests.", no_args_
 dev_app.add_typer(kafka_app, name="kafka")
 dev_app.add_typer(spark_app, name="spark")
 app.add_typer(dev_app, name="dev")
-app.command("sink")(sink)
+register_sink(app)
 
 
 @app.command()

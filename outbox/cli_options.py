@@ -6,6 +6,7 @@ fills, so a container is configured the same way as a shell.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated
 
 import typer
@@ -40,6 +41,14 @@ PropertiesOption = Annotated[
 ]
 
 
+def no_kafka_error(flag: str, variables: Sequence[str]) -> ConfigurationError:
+    """No bootstrap servers anywhere: the three ways to give a command its Kafka."""
+    return ConfigurationError(
+        f"no Kafka to talk to: pass {flag} HOST:PORT, set {' or '.join(variables)}, "
+        "or start a local broker with `outbox dev kafka start`"
+    )
+
+
 def kafka_settings(
     bootstrap: str | None, prefix: str = DEFAULT_PREFIX, properties: list[str] | None = None
 ) -> KafkaSettings:
@@ -49,13 +58,10 @@ def kafka_settings(
 
         bootstrap = running_bootstrap()
     if bootstrap is None:
-        raise ConfigurationError(
-            f"no Kafka to talk to: pass --bootstrap HOST:PORT, set {BOOTSTRAP_ENV}, "
-            "or start a local broker with `outbox dev kafka start`"
-        )
+        raise no_kafka_error("--bootstrap", [BOOTSTRAP_ENV])
     explicit = {"kafka_properties": parse_properties(properties)} if properties else {}
     try:
         # Without -X flags, KafkaSettings reads OUTBOX_KAFKA_PROPERTIES itself.
         return KafkaSettings(bootstrap_servers=bootstrap, topic_prefix=prefix, **explicit)
     except ValidationError as exc:
-        raise settings_error(exc) from None
+        raise settings_error(exc, KafkaSettings) from None

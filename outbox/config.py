@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import AliasChoices, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from outbox.errors import ConfigurationError
@@ -73,10 +73,41 @@ def parse_properties(pairs: list[str]) -> dict[str, str]:
     return properties
 
 
-def settings_error(exc: ValidationError) -> ConfigurationError:
-    """One readable line per invalid field, naming its ``OUTBOX_*`` variable."""
+def env_names(model: type[BaseSettings], name: str) -> list[str]:
+    """The variables pydantic-settings reads for a field, in the order it tries them.
+
+    ``env_prefix`` + name, unless the field has a ``validation_alias``: then
+    its names alone (an ``AliasChoices`` is tried first to last, which is how
+    ``OUTBOX_SINK_BOOTSTRAP_SERVERS`` wins over ``OUTBOX_BOOTSTRAP_SERVERS``).
+    Flags, error messages and the configuration reference all name these.
+    """
+    alias = model.model_fields[name].validation_alias
+    if isinstance(alias, AliasChoices):
+        return [choice for choice in alias.choices if isinstance(choice, str)]
+    if isinstance(alias, str):
+        return [alias]
+    return [f"{model.model_config.get('env_prefix', '')}{name}".upper()]
+
+
+def settings_error(exc: ValidationError, model: type[BaseSettings]) -> ConfigurationError:
+    """One readable line per invalid field, naming the variables that set it.
+
+    pydantic reports a field read through an alias under that alias, so the
+    location is mapped back to the field before its variables are named.
+    """
+    fields = {
+        spelling.lower(): name
+        for name in model.model_fields
+        for spelling in (name, *env_names(model, name))
+    }
     problems = []
     for error in exc.errors():
-        field = ".".join(str(part) for part in error["loc"])
-        problems.append(f"{field} (OUTBOX_{field.upper()}): {error['msg']}")
+        message = str(error["msg"]).removeprefix("Value error, ")
+        if error["loc"]:
+            first, *rest = (str(part) for part in error["loc"])
+            field = fields.get(first.lower())
+            where = ".".join([field or first, *rest])
+            variable = f" ({' or '.join(env_names(model, field))})" if field else ""
+            message = f"{where}{variable}: {message}"
+        problems.append(message)
     return ConfigurationError("invalid settings: " + "; ".join(problems))

@@ -21,12 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from pydantic import AliasChoices
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings
 
 from checker.settings import CheckerSettings
-from outbox.config import KafkaSettings
+from outbox.config import KafkaSettings, env_names
 from outbox.settings import ProducerSettings
 from spark_sink.settings import SinkSettings
 
@@ -75,19 +74,12 @@ COMPONENTS: tuple[Component, ...] = (
     Component(
         "Spark sink: `outbox sink`",
         "`spark_sink.SinkSettings`; `outbox sink` and `spark-submit spark_sink/job.py` "
-        "take the same flags. Their `--prefix` (`OUTBOX_TOPIC_PREFIX`, default `outbox`) "
-        "always sets the prefix, so `OUTBOX_SINK_TOPIC_PREFIX` applies only to a "
-        "`SinkSettings()` built in code, and `OUTBOX_BOOTSTRAP_SERVERS`, when set, wins over "
-        "`OUTBOX_SINK_BOOTSTRAP_SERVERS`.",
+        "take the same flags, generated from the fields. A flag wins over the variables, and "
+        "an `OUTBOX_SINK_*` variable over the shared `OUTBOX_BOOTSTRAP_SERVERS` and "
+        "`OUTBOX_TOPIC_PREFIX`.",
         SinkSettings,
         commands=(("sink",),),
-        flag_fields={
-            "bootstrap": "bootstrap_servers",
-            "prefix": "topic_prefix",
-            "kafka_property": "kafka_options",
-            "conf": "spark_conf",
-            "kafka_timeout": "kafka_timeout_seconds",
-        },
+        other_options=True,
     ),
     Component(
         "Admin commands: `outbox topics`, `outbox status`, `outbox discard`",
@@ -190,7 +182,7 @@ def _rows(component: Component, commands: Mapping[tuple[str, ...], Any]) -> list
                 f"commands have no such option or {_model_name(model)} no such field"
             )
     rows = [
-        _field_row(name, info, _env_names(model, name, info), by_field[name])
+        _field_row(name, info, env_names(model, name), by_field[name])
         for name, info in fields.items()
     ]
     for param, paths in others.values():
@@ -198,13 +190,13 @@ def _rows(component: Component, commands: Mapping[tuple[str, ...], Any]) -> list
     return rows
 
 
-def _field_row(name: str, info: FieldInfo, env_names: list[str], params: list[Any]) -> Row:
+def _field_row(name: str, info: FieldInfo, variables: list[str], params: list[Any]) -> Row:
     if not info.description:
         raise ValueError(
             f"config reference: field {name!r} has no description; "
             "add description=... to it in its settings class"
         )
-    env = _unique([*env_names, *(var for param in params for var in _envvars(param))])
+    env = _unique([*variables, *(var for param in params for var in _envvars(param))])
     return Row(
         field=_code(name),
         flags=_flags(params),
@@ -233,17 +225,6 @@ def _flags(params: list[Any]) -> str:
     """Every spelling of the options, ``--fail-on-data-loss, --no-fail-on-data-loss``."""
     names = _unique(opt for param in params for opt in (*param.opts, *param.secondary_opts))
     return ", ".join(_code(name) for name in names)
-
-
-def _env_names(model: type[BaseSettings] | None, name: str, info: FieldInfo) -> list[str]:
-    """The variables pydantic-settings reads for a field, as it names them."""
-    alias = info.validation_alias
-    if isinstance(alias, AliasChoices):
-        return [choice for choice in alias.choices if isinstance(choice, str)]
-    if isinstance(alias, str):
-        return [alias]
-    prefix = model.model_config.get("env_prefix", "") if model is not None else ""
-    return [f"{prefix}{name}".upper()]
 
 
 def _envvars(param: Any) -> list[str]:

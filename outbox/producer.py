@@ -446,7 +446,7 @@ def _settings_from_env() -> ProducerSettings:
     try:
         return ProducerSettings()  # type: ignore[call-arg]
     except ValidationError as exc:
-        raise settings_error(exc) from None
+        raise settings_error(exc, ProducerSettings) from None
 
 
 def _require_listener(listener: object) -> None:

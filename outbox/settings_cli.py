@@ -4,6 +4,13 @@ Every knob of a long-running component must be both a flag and an
 environment variable. Writing the flags by hand would copy each field's name,
 type, default and help into a second place that drifts; instead the command's
 signature is generated from the pydantic model, so a new field is a new flag.
+
+A field's flag reads the variables pydantic-settings would read for it, in the
+same order (:func:`outbox.config.env_names`), so a value has one precedence
+whoever reads it: the flag, then the first variable that is set, then the
+later ones (``OUTBOX_SINK_BOOTSTRAP_SERVERS`` before ``OUTBOX_BOOTSTRAP_SERVERS``),
+then the default. A flag left out passes nothing, so the model's own default
+(and its own reading of the environment) applies, never a copy of it here.
 """
 
 from __future__ import annotations
@@ -13,86 +20,187 @@ import logging
 import os
 import types
 import typing
-from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Annotated, Any, Literal, TypeVar
 
 import typer
 from pydantic import ValidationError
+from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings
+from rich.markup import escape
 
-from outbox.config import parse_properties, settings_error
+from outbox.cli_options import no_kafka_error
+from outbox.config import env_names, parse_properties, settings_error
+from outbox.errors import ConfigurationError
 
 SettingsT = TypeVar("SettingsT", bound=BaseSettings)
 
-_PROPERTIES_FIELD = "kafka_properties"
+FlagNames = Mapping[str, Sequence[str]]
+"""Field name to the names of its flag, where ``--field-name`` is not what users type."""
+
+KAFKA_PROPERTY_FLAGS = ("--kafka-property", "-X")
+"""The spelling of a Kafka client properties field in every ``outbox`` command."""
+
+_BOOTSTRAP = "bootstrap_servers"
 
 
-def _flag_type(annotation: Any) -> type:
-    """The scalar type a flag parses to (``X | None`` becomes ``X``)."""
+def _unwrap_optional(annotation: Any) -> Any:
+    """``X | None`` as ``X``; other unions as they are."""
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(annotation) if a is not type(None)]
-        annotation = args[0] if len(args) == 1 else str
-    return annotation if annotation in (str, int, float, bool) else str
+        if len(args) == 1:
+            return args[0]
+    return annotation
 
 
-def _parameters(model: type[BaseSettings]) -> list[inspect.Parameter]:
-    params = []
-    for name, field in model.model_fields.items():
-        flag = f"--{name.replace('_', '-')}"
-        env = f"{model.model_config.get('env_prefix', '')}{name}".upper()
-        default = None if field.is_required() else field.get_default(call_default_factory=True)
-        if name == _PROPERTIES_FIELD:
-            option = typer.Option(
-                "--kafka-property",
-                "-X",
-                help="Extra librdkafka property KEY=VALUE (repeatable); env "
-                f"{env} takes a JSON object.",
-                show_default=False,
-            )
-            annotation: Any = Annotated[list[str] | None, option]
-        else:
-            kind = _flag_type(field.annotation)
-            option = typer.Option(
-                flag,
-                envvar=env,
-                help=field.description or "",
-                show_default=str(default) if default is not None else False,
-            )
-            annotation = Annotated[kind | None, option]  # type: ignore[valid-type]
-        params.append(
-            inspect.Parameter(
-                name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation
-            )
+def _is_mapping(info: FieldInfo) -> bool:
+    return typing.get_origin(_unwrap_optional(info.annotation)) is dict
+
+
+def _parses_text(model: type[BaseSettings], name: str) -> bool:
+    """Whether the model turns text into the field's value itself (a non-``after``
+    validator: durations such as ``10s``, comma-separated lists)."""
+    return any(
+        decorator.info.mode != "after"
+        and (name in decorator.info.fields or "*" in decorator.info.fields)
+        for decorator in model.__pydantic_decorators__.field_validators.values()
+    )
+
+
+def _flag_type(model: type[BaseSettings], name: str, info: FieldInfo) -> type:
+    """What click turns a flag's text into before pydantic validates it.
+
+    Plain numbers and booleans are click's (typed metavars, ``--x/--no-x``);
+    anything else (``Literal`` choices, tuples, a float the model parses from
+    ``"10s"``) is handed over as text, for pydantic to parse and check with the
+    model's own rules and an error that names the field's variable.
+    """
+    kind = _unwrap_optional(info.annotation)
+    if kind is bool or (kind in (int, float) and not _parses_text(model, name)):
+        return typing.cast(type, kind)
+    return str
+
+
+def _names(name: str, flags: FlagNames) -> tuple[str, ...]:
+    return tuple(flags.get(name, (f"--{name.replace('_', '-')}",)))
+
+
+def _help_default(info: FieldInfo) -> Any:
+    """The model's default as ``--help`` shows it; None when there is none to show.
+
+    It is the click parameter's default, but only ever displayed: a value
+    click took from its default is dropped (:func:`_given`), so the model's
+    own default and its own reading of the environment apply. Text, so a
+    float shows as ``10``, not ``10.0``; defaults of fields kept out of reprs
+    (secrets) are never shown.
+    """
+    if info.is_required() or info.repr is False:
+        return None
+    default = info.get_default(call_default_factory=True)
+    if isinstance(default, bool):
+        return default  # typer shows it as the flag's name: fail-on-data-loss, no-once
+    if isinstance(default, float) and default.is_integer():
+        return str(int(default))
+    if isinstance(default, tuple | list):
+        default = ",".join(str(item) for item in default)
+    return None if default is None or default == "" else str(default)
+
+
+def _help(info: FieldInfo) -> str:
+    """The field's description, escaped: typer reads help as rich markup, which
+    would swallow a ``[word]`` in it."""
+    return escape(info.description or "")
+
+
+def _parameter(model: type[BaseSettings], name: str, flags: FlagNames) -> inspect.Parameter:
+    info = model.model_fields[name]
+    names = _names(name, flags)
+    variables = env_names(model, name)
+    default = None
+    if _is_mapping(info):
+        # Repeatable KEY=VALUE pairs; the variable, a JSON object, is pydantic's to read.
+        option = typer.Option(
+            *names,
+            help=f"{_help(info)}; one KEY=VALUE per flag, or one JSON object (as env "
+            f"{' or '.join(variables)} takes).",
+            metavar="KEY=VALUE",
+            show_default=False,
         )
-    return params
-
-
-def settings_from_flags(model: type[SettingsT], values: dict[str, Any]) -> SettingsT:
-    """The settings object: given flags first, then ``OUTBOX_*`` variables, then defaults."""
-    explicit = {k: v for k, v in values.items() if v is not None}
-    if "bootstrap_servers" in model.model_fields and not _bootstrap_in_env(model):
-        dev_broker = _dev_broker()
-        if dev_broker is not None:
-            explicit.setdefault("bootstrap_servers", dev_broker)
-    if explicit.get(_PROPERTIES_FIELD):
-        explicit[_PROPERTIES_FIELD] = parse_properties(explicit[_PROPERTIES_FIELD])
+        annotation: Any = Annotated[list[str] | None, option]
     else:
-        explicit.pop(_PROPERTIES_FIELD, None)
+        kind = _unwrap_optional(info.annotation)
+        choices = typing.get_args(kind) if typing.get_origin(kind) is Literal else ()
+        default = _help_default(info)
+        if kind is bool:  # --x/--no-x: a flag whose default is on must be able to turn it off
+            names = (f"{names[0]}/--no-{names[0].removeprefix('--')}", *names[1:])
+        option = typer.Option(
+            *names,
+            envvar=variables,
+            help=_help(info),
+            metavar=f"[{'|'.join(str(c) for c in choices)}]" if choices else None,
+        )
+        annotation = Annotated[_flag_type(model, name, info), option]
+    return inspect.Parameter(
+        name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation
+    )
+
+
+def _given(ctx: typer.Context, name: str) -> bool:
+    """Whether a value came from the command line or a variable click read, not
+    from the parameter's default (which is there for ``--help`` only)."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")
+
+
+def settings_from_flags(
+    model: type[SettingsT], values: Mapping[str, Any], flags: FlagNames | None = None
+) -> SettingsT:
+    """The settings object from a command's values by field name (None: not given).
+
+    What a flag (or a variable click read for it) gave wins; the rest is
+    pydantic-settings' to read from the environment, then the defaults apply.
+    With no bootstrap servers anywhere, the broker of ``outbox dev kafka start``.
+    """
+    flags = flags or {}
+    given: dict[str, Any] = {}
+    for name, value in values.items():
+        mapping = _is_mapping(model.model_fields[name])
+        if value is None or (mapping and not value):
+            continue
+        if mapping:
+            try:
+                value = parse_properties(value)
+            except ConfigurationError as exc:
+                raise ConfigurationError(f"{_names(name, flags)[0]}: {exc}") from None
+        given[name] = value
+    if _BOOTSTRAP in model.model_fields and _BOOTSTRAP not in given:
+        found = _bootstrap_fallback(model, flags)
+        if found is not None:
+            given[_BOOTSTRAP] = found
     try:
-        return model(**explicit)
+        return model(**{_init_key(model, name): value for name, value in given.items()})
     except ValidationError as exc:
-        raise settings_error(exc) from None
+        raise settings_error(exc, model) from None
 
 
-def _bootstrap_in_env(model: type[BaseSettings]) -> bool:
-    return f"{model.model_config.get('env_prefix', '')}BOOTSTRAP_SERVERS".upper() in os.environ
+def _init_key(model: type[BaseSettings], name: str) -> str:
+    """The keyword a value is passed by: a field with aliases takes its first
+    variable's name whether or not the model also accepts the field's name."""
+    return env_names(model, name)[0] if model.model_fields[name].validation_alias else name
 
 
-def _dev_broker() -> str | None:
-    """The broker of ``outbox dev kafka start``, the embedded default."""
+def _bootstrap_fallback(model: type[BaseSettings], flags: FlagNames) -> str | None:
+    """No bootstrap flag: None when the environment has one (pydantic reads it),
+    else the dev broker's, else an error saying how to give one."""
+    variables = env_names(model, _BOOTSTRAP)
+    if any(variable in os.environ for variable in variables):
+        return None
     from outbox.dev.kafka import running_bootstrap
 
-    return running_bootstrap()
+    found = running_bootstrap()
+    if found is None:
+        raise no_kafka_error(_names(_BOOTSTRAP, flags)[0], variables)
+    return found
 
 
 def settings_command(
@@ -103,19 +211,31 @@ def settings_command(
     *,
     help: str,
     log_level: str = "INFO",
+    flags: FlagNames | None = None,
 ) -> None:
     """Register ``name`` on ``app``: flags from ``model``'s fields (plus
-    ``--log-level``), then ``run(settings)``."""
+    ``--log-level``), then ``run(settings)``.
 
-    def command(**values: Any) -> None:
-        level = values.pop("log_level", None) or log_level
+    ``flags`` names a field's flag where ``--field-name`` is not what users
+    type: an older spelling a command keeps, a short alias, the singular of a
+    repeatable ``KEY=VALUE`` flag (:data:`KAFKA_PROPERTY_FLAGS`).
+    """
+    flags = flags or {}
+    unknown = set(flags) - set(model.model_fields)
+    if unknown:
+        raise ValueError(f"flags for fields {model.__name__} does not have: {sorted(unknown)}")
+
+    def command(ctx: typer.Context, **values: Any) -> None:
+        level = values.pop("log_level")
         logging.basicConfig(
             level=level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
         )
-        run(settings_from_flags(model, values))
+        given = {name: value for name, value in values.items() if _given(ctx, name)}
+        run(settings_from_flags(model, given, flags))
 
-    params = _parameters(model)
-    params.append(
+    params = [
+        inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context),
+        *(_parameter(model, field, flags) for field in model.model_fields),
         inspect.Parameter(
             "log_level",
             inspect.Parameter.KEYWORD_ONLY,
@@ -123,8 +243,8 @@ def settings_command(
             annotation=Annotated[
                 str, typer.Option("--log-level", envvar="OUTBOX_LOG_LEVEL", help="Log level.")
             ],
-        )
-    )
+        ),
+    ]
     command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     command.__doc__ = help
     app.command(name, help=help)(command)

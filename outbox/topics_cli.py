@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from confluent_kafka.admin import AdminClient
@@ -15,15 +15,20 @@ from outbox.protocol import DEFAULT_PREFIX
 
 topics_app = typer.Typer(help="Create and inspect the outbox topics.", no_args_is_help=True)
 
-GroupOption = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--group",
-        "-g",
-        help="Also create the check topic of this producer group (repeatable).",
-        show_default=False,
-    ),
-]
+
+def _group_option(help_text: str) -> Any:
+    """``--group``/``-g`` of a producer group's check topic; each command says what it does."""
+    return Annotated[
+        list[str] | None, typer.Option("--group", "-g", help=help_text, show_default=False)
+    ]
+
+
+CreateGroupOption = _group_option(
+    "Also create the check topic of this producer group (repeatable)."
+)
+DescribeGroupOption = _group_option(
+    "Also show the check topic of this producer group, which must then exist too (repeatable)."
+)
 
 
 def _table(title: str, states: list[TopicState], created: dict[str, bool] | None = None) -> Table:
@@ -62,7 +67,7 @@ def create(
     replication_factor: Annotated[
         int, typer.Option("--replication-factor", "-r", min=1, help="Replicas per partition.")
     ] = 1,
-    groups: GroupOption = None,
+    groups: CreateGroupOption = None,
     bootstrap: BootstrapOption = None,
     prefix: PrefixOption = DEFAULT_PREFIX,
     properties: PropertiesOption = None,
@@ -80,7 +85,7 @@ def create(
 
 @topics_app.command()
 def describe(
-    groups: GroupOption = None,
+    groups: DescribeGroupOption = None,
     bootstrap: BootstrapOption = None,
     prefix: PrefixOption = DEFAULT_PREFIX,
     properties: PropertiesOption = None,

@@ -11,10 +11,9 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from outbox.errors import ConfigurationError
 from outbox.protocol import DEFAULT_PREFIX, TopicNames, validate_topic_name
 
 _DURATION = re.compile(
@@ -192,23 +191,3 @@ class SinkSettings(BaseSettings):
     @property
     def dedup_delay(self) -> str:
         return spark_interval(self.dedup_window)
-
-
-def load_settings(**values: Any) -> SinkSettings:
-    """Settings from explicit values over the environment; one readable error otherwise."""
-    try:
-        return SinkSettings(**{k: v for k, v in values.items() if v is not None})
-    except ValidationError as exc:
-        raise settings_error(exc) from None
-
-
-def settings_error(exc: ValidationError) -> ConfigurationError:
-    """One readable line per problem, naming the field's ``OUTBOX_SINK_*`` variable."""
-    problems = []
-    for error in exc.errors():
-        message = str(error["msg"]).removeprefix("Value error, ")
-        field = ".".join(str(part) for part in error["loc"])
-        if field:
-            message = f"{field} (OUTBOX_SINK_{field.upper()}): {message}"
-        problems.append(message)
-    return ConfigurationError("invalid sink settings: " + "; ".join(problems))

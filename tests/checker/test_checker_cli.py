@@ -23,7 +23,11 @@ def checker(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize(
     "args,env,message",
     [
-        ((), {}, "bootstrap_servers (OUTBOX_BOOTSTRAP_SERVERS): Field required"),
+        (
+            (),
+            {},
+            "no Kafka to talk to: pass --bootstrap-servers HOST:PORT, set OUTBOX_BOOTSTRAP_SERVERS",
+        ),
         (("--bootstrap-servers", "nohostport"), {}, "expected host:port"),
         (("--bootstrap-servers", "h:1", "--check-max", "0"), {}, "OUTBOX_CHECK_MAX"),
         (

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.engine import make_url
 from sqlalchemy.orm import sessionmaker
 
 from outbox.protocol import OpRecord, RealRecord, Resolution
@@ -22,6 +21,7 @@ from tests.checker.support import (
     running_checker,
     write,
 )
+from tests.fixtures.postgres import fresh_database
 from tests.producer.conftest import OutboxTopics
 
 pytestmark = pytest.mark.kafka
@@ -34,24 +34,16 @@ def database(request) -> Iterator[str]:
     On PostgreSQL a fresh database on the shared server, so the default table
     names used here never meet other tests' tables.
     """
-    url = request.getfixturevalue(request.param)
-    server = None
-    if request.param == "postgres_url":
-        server = create_engine(url, isolation_level="AUTOCOMMIT")
-        name = f"resolve_{uuid.uuid4().hex[:12]}"
-        with server.connect() as connection:
-            connection.execute(sa.text(f"CREATE DATABASE {name}"))
-        url = make_url(url).set(database=name).render_as_string(hide_password=False)
-    upgrade(url)
-    engine = create_engine(url)
-    with engine.begin() as connection:
-        connection.execute(sa.text("CREATE TABLE orders (id INTEGER PRIMARY KEY, total REAL)"))
-    engine.dispose()
-    yield url
-    if server is not None:
-        with server.connect() as connection:
-            connection.execute(sa.text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        server.dispose()
+    with contextlib.ExitStack() as stack:
+        url = request.getfixturevalue(request.param)
+        if request.param == "postgres_url":
+            url = stack.enter_context(fresh_database(url))
+        upgrade(url)
+        engine = create_engine(url)
+        with engine.begin() as connection:
+            connection.execute(sa.text("CREATE TABLE orders (id INTEGER PRIMARY KEY, total REAL)"))
+        engine.dispose()
+        yield url
 
 
 def ops(topics: OutboxTopics) -> list[OpRecord]:

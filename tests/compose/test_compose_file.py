@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import importlib.util
 import re
 import tomllib
 from collections.abc import Callable
@@ -21,6 +22,10 @@ import pytest
 import yaml
 from sqlalchemy.engine import make_url
 
+from checker.settings import CheckerSettings
+from outbox.config import env_names
+from outbox.sql import DATABASE_URL_ENV
+
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yml"
 DOCKERFILE = REPO / "Dockerfile"
@@ -28,7 +33,13 @@ DOCKERFILE = REPO / "Dockerfile"
 KAFKA = "kafka"
 POSTGRES = "postgres"
 APP_SERVICES = ("topics-init", "checker", "spark-sink", "demo")
-DATABASE_SERVICES = ("checker", "demo")
+# The variable each service takes its database URL from, named as its code reads it:
+# the checker answers check-backs from the log (`--resolve-from-db`), the demo
+# (examples/order_service.py) writes orders and the log.
+DATABASE_VARIABLES = {
+    "checker": env_names(CheckerSettings, "resolve_from_db")[0],
+    "demo": DATABASE_URL_ENV,
+}
 POSTGRES_CONTAINER_PORT = 5432
 
 Compose = dict[str, Any]
@@ -175,6 +186,8 @@ def dependency_problems(compose: Compose) -> list[str]:
 
 
 def database_url_problems(compose: Compose) -> list[str]:
+    """Each database URL reaches the postgres service with its credentials, and all
+    name one database: the checker must read the log the demo's producers write."""
     pg_env = env(compose, POSTGRES)
     expected = {
         "username": pg_env.get("POSTGRES_USER", "postgres"),
@@ -182,22 +195,28 @@ def database_url_problems(compose: Compose) -> list[str]:
         "database": pg_env.get("POSTGRES_DB", pg_env.get("POSTGRES_USER", "postgres")),
     }
     problems = []
+    urls: dict[str, str] = {}
     for name in services(compose):
-        raw = env(compose, name).get("OUTBOX_DATABASE_URL")
-        if raw is None:
-            if name in DATABASE_SERVICES:
-                problems.append(f"{name}: no OUTBOX_DATABASE_URL")
-            continue
-        url = make_url(raw)
-        if url.drivername != "postgresql+psycopg":
-            problems.append(f"{name}: driver {url.drivername!r}; the image installs psycopg 3")
-        if url.host not in network_names(compose, POSTGRES):
-            problems.append(f"{name}: database host {url.host!r} is not the postgres service")
-        if (url.port or POSTGRES_CONTAINER_PORT) != POSTGRES_CONTAINER_PORT:
-            problems.append(f"{name}: database port {url.port} is not the container port")
-        for field, want in expected.items():
-            if getattr(url, field) != want:
-                problems.append(f"{name}: database {field} {getattr(url, field)!r} != {want!r}")
+        service_env = env(compose, name)
+        wanted = DATABASE_VARIABLES.get(name)
+        if wanted is not None and wanted not in service_env:
+            problems.append(f"{name}: no {wanted}")
+        for variable in sorted(set(DATABASE_VARIABLES.values()) & set(service_env)):
+            where = f"{name}: {variable}"
+            urls[where] = service_env[variable]
+            url = make_url(service_env[variable])
+            if url.drivername != "postgresql+psycopg":
+                problems.append(f"{where}: driver {url.drivername!r}; the image installs psycopg 3")
+            if url.host not in network_names(compose, POSTGRES):
+                problems.append(f"{where}: database host {url.host!r} is not the postgres service")
+            if (url.port or POSTGRES_CONTAINER_PORT) != POSTGRES_CONTAINER_PORT:
+                problems.append(f"{where}: database port {url.port} is not the container port")
+            for field, want in expected.items():
+                got = getattr(url, field)
+                if got != want:
+                    problems.append(f"{where}: database {field} {got!r} != {want!r}")
+    if len(set(urls.values())) > 1:
+        problems.append(f"services use different databases: {sorted(urls)}")
     return problems
 
 
@@ -304,7 +323,28 @@ def checker_problems(compose: Compose) -> list[str]:
         problems.append(f"checker: healthcheck {probe!r} does not hit /healthz on port {port}")
     if "curl" in probe or "wget" in probe:
         problems.append("checker: healthcheck uses curl/wget, which python:3.11-slim lacks")
+    reads = _command_variables("checker") | {
+        variable for field in CheckerSettings.model_fields
+        for variable in env_names(CheckerSettings, field)
+    }  # fmt: skip
+    for variable in sorted(env(compose, CHECKER)):
+        if variable.startswith("OUTBOX_") and variable not in reads:
+            problems.append(f"checker: {variable} is not a variable `outbox checker` reads")
     return problems
+
+
+def _command_variables(name: str) -> set[str]:
+    """The variables the options of ``outbox <name>`` read."""
+    import typer
+
+    from outbox.cli import app
+
+    command = typer.main.get_command(app).commands[name]  # type: ignore[attr-defined]
+    variables: set[str] = set()
+    for param in command.params:
+        envvar = getattr(param, "envvar", None) or []
+        variables.update([envvar] if isinstance(envvar, str) else envvar)
+    return variables
 
 
 SPARK_SINK = "spark-sink"
@@ -361,6 +401,51 @@ def spark_sink_problems(compose: Compose) -> list[str]:
     return problems
 
 
+DEMO = "demo"
+DEMO_SCRIPT = "examples/order_service.py"
+
+
+def _example_parser(environ: dict[str, str]) -> Any:
+    """examples/order_service.py's own argument parser, defaults from ``environ``."""
+    spec = importlib.util.spec_from_file_location("order_service", REPO / DEMO_SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.build_parser(environ)
+
+
+def demo_problems(compose: Compose) -> list[str]:
+    """The demo runs the example order service on the compose Kafka and PostgreSQL.
+
+    Its command is parsed by the example's own parser with the service's
+    environment (nothing runs), so a typo, or a variable the example does not
+    read, fails here; its producer needs the outbox topics, so it waits for them.
+    """
+    service = services(compose).get(DEMO, {})
+    entrypoint = [str(part) for part in service.get("entrypoint") or []]
+    if entrypoint != ["python", DEMO_SCRIPT]:
+        return [f"{DEMO}: entrypoint {entrypoint!r} does not run {DEMO_SCRIPT}"]
+    problems = []
+    waits = depends_on(service).get(TOPICS_INIT, {}).get("condition")
+    if waits != "service_completed_successfully":
+        problems.append(f"{DEMO} does not wait for {TOPICS_INIT} to complete (condition {waits})")
+    demo_env = env(compose, DEMO)
+    command = [str(part) for part in service.get("command") or []]
+    try:
+        args, unknown = _example_parser(demo_env).parse_known_args(command)
+    except SystemExit:  # argparse has printed why
+        return [*problems, f"{DEMO}: {DEMO_SCRIPT} refuses the command {command!r}"]
+    if unknown:
+        problems.append(f"{DEMO}: {DEMO_SCRIPT} does not know {unknown}")
+    for value, variable in (
+        (args.bootstrap, "OUTBOX_BOOTSTRAP_SERVERS"),
+        (args.database_url, DATABASE_URL_ENV),
+    ):
+        if value != demo_env.get(variable):
+            problems.append(f"{DEMO}: runs with {value!r}, not the service's {variable}")
+    return problems
+
+
 CHECKS: list[Callable[[Compose], list[str]]] = [
     service_problems,
     bootstrap_problems,
@@ -372,6 +457,7 @@ CHECKS: list[Callable[[Compose], list[str]]] = [
     topic_prefix_problems,
     checker_problems,
     spark_sink_problems,
+    demo_problems,
 ]
 
 
@@ -393,6 +479,15 @@ def test_compose_file_passes(check: Callable[[Compose], list[str]], compose: Com
 def _set_env(name: str, key: str, value: str) -> Callable[[Compose], None]:
     def mutate(compose: Compose) -> None:
         services(compose)[name]["environment"] = {**env(compose, name), key: value}
+
+    return mutate
+
+
+def _drop_env(name: str, key: str) -> Callable[[Compose], None]:
+    def mutate(compose: Compose) -> None:
+        services(compose)[name]["environment"] = {
+            k: v for k, v in env(compose, name).items() if k != key
+        }
 
     return mutate
 
@@ -470,10 +565,32 @@ BREAKAGES: list[tuple[str, Callable[[Compose], list[str]], Callable[[Compose], N
         database_url_problems,
         _set_env(
             "checker",
-            "OUTBOX_DATABASE_URL",
+            "OUTBOX_RESOLVE_FROM_DB",
             "postgresql+psycopg://outbox:secret@postgres:5432/outbox",
         ),
         "password",
+    ),
+    (
+        "checker not answering from the database",
+        database_url_problems,
+        _drop_env("checker", "OUTBOX_RESOLVE_FROM_DB"),
+        "checker: no OUTBOX_RESOLVE_FROM_DB",
+    ),
+    (
+        "checker reading another database than the demo writes",
+        database_url_problems,
+        _set_env(
+            "checker",
+            "OUTBOX_RESOLVE_FROM_DB",
+            "postgresql+psycopg://outbox:outbox@postgres:5432/outbox?application_name=checker",
+        ),
+        "different databases",
+    ),
+    (
+        "demo without its database",
+        database_url_problems,
+        _drop_env("demo", "OUTBOX_DATABASE_URL"),
+        "demo: no OUTBOX_DATABASE_URL",
     ),
     (
         "database on the host",
@@ -529,6 +646,12 @@ BREAKAGES: list[tuple[str, Callable[[Compose], list[str]], Callable[[Compose], N
         "/healthz on port 9999",
     ),
     (
+        "checker given a variable it does not read",
+        checker_problems,
+        _set_env("checker", "OUTBOX_DATABASE_URL", "postgresql+psycopg://postgres/outbox"),
+        "OUTBOX_DATABASE_URL is not a variable",
+    ),
+    (
         "probe with curl",
         checker_problems,
         _set(
@@ -561,6 +684,20 @@ BREAKAGES: list[tuple[str, Callable[[Compose], list[str]], Callable[[Compose], N
         spark_sink_problems,
         _set("spark-sink", "volumes", []),
         "not on a volume",
+    ),
+    ("demo still a placeholder", demo_problems, _set("demo", "entrypoint", None), "does not run"),
+    ("demo flag typo", demo_problems, _set("demo", "command", ["--create-topc"]), "--create-topc"),
+    (
+        "demo before the topics exist",
+        demo_problems,
+        _set("demo", "depends_on", {"kafka": {"condition": "service_healthy"}}),
+        "topics-init",
+    ),
+    (
+        "demo pointed away from the compose database",
+        demo_problems,
+        _set("demo", "command", ["--create-topic", "--database-url", "sqlite:///orders.db"]),
+        "not the service's OUTBOX_DATABASE_URL",
     ),
 ]
 
@@ -599,6 +736,8 @@ def test_dockerfile_builds_the_cli_image_as_a_non_root_user() -> None:
     assert users[-1].split(":")[0] not in {"root", "0"}
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     assert 'ENTRYPOINT ["outbox"]' in instructions
+    # The demo service runs examples/order_service.py from the source tree in /app.
+    assert {"WORKDIR /app", "COPY . ."} <= set(instructions)
     assert "outbox" in scripts
 
 
@@ -608,7 +747,10 @@ def test_dockerignore_keeps_what_pip_install_needs() -> None:
         for line in (REPO / ".dockerignore").read_text().splitlines()
         if line.strip() and not line.startswith("#")
     }
-    needed = {"pyproject.toml", "README.md", "outbox", "checker", "spark_sink", "migrations"}
+    needed = {
+        *("pyproject.toml", "README.md", "outbox", "checker", "spark_sink", "migrations"),
+        "examples",  # the demo service runs examples/order_service.py
+    }
     assert not needed & ignored
     assert {".git", ".venv"} <= ignored
 

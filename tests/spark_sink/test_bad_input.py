@@ -11,9 +11,10 @@ from pyspark.sql import SparkSession
 from outbox import LocalTransactionState
 from outbox.dev.processes import free_port
 from outbox.errors import ConfigurationError
+from outbox.settings_cli import settings_from_flags
 from spark_sink import run_sink, start_sink
 from spark_sink.errors import CheckpointError, KafkaSourceError, OutputPathError
-from spark_sink.settings import load_settings
+from spark_sink.settings import SinkSettings
 from tests.spark_sink.conftest import SinkTopics, read_table, sink_settings
 
 
@@ -113,7 +114,7 @@ def test_settings_are_checked(
         monkeypatch.delenv(name, raising=False)
     base = {"bootstrap_servers": "h:1", "output": "/x/table", "checkpoint": "/x/ck"}
     with pytest.raises(ConfigurationError, match=complaint):
-        load_settings(**{**base, **values})
+        settings_from_flags(SinkSettings, {**base, **values})
 
 
 def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -123,14 +124,14 @@ def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("OUTBOX_SINK_CHECKPOINT", "/c")
     monkeypatch.setenv("OUTBOX_SINK_DEDUP_WINDOW", "7d")
     monkeypatch.setenv("OUTBOX_SINK_KAFKA_OPTIONS", '{"security.protocol": "SSL"}')
-    settings = load_settings()
+    settings = settings_from_flags(SinkSettings, {})
     assert settings.bootstrap_servers == "shared:9092"
     assert settings.topics == ("a", "b")
     assert settings.dedup_window == 7 * 86400
     assert settings.kafka_options == {"security.protocol": "SSL"}
     assert "SSL" not in repr(settings)
     monkeypatch.setenv("OUTBOX_SINK_BOOTSTRAP_SERVERS", "own:9092")
-    assert load_settings().bootstrap_servers == "own:9092"
+    assert settings_from_flags(SinkSettings, {}).bootstrap_servers == "own:9092"
 
 
 def test_a_new_checkpoint_for_an_existing_table_is_refused(
