@@ -25,6 +25,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings
 
 from checker.settings import CheckerSettings
+from outbox.chaos.settings import ChaosSettings
 from outbox.config import KafkaSettings, env_names
 from outbox.settings import ProducerSettings
 from spark_sink.settings import SinkSettings
@@ -107,6 +108,13 @@ COMPONENTS: tuple[Component, ...] = (
         "`SqlTransactionListener` takes its table, schema and grace period as arguments.",
         None,
         commands=(("db", "upgrade"), ("db", "downgrade"), ("db", "current"), ("db", "prune")),
+        other_options=True,
+    ),
+    Component(
+        "Chaos proof: `outbox chaos`",
+        "`outbox.chaos.settings.ChaosSettings`; `make chaos SEED=N` passes `--seed`.",
+        ChaosSettings,
+        commands=(("chaos",),),
         other_options=True,
     ),
 )
