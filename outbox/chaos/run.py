@@ -66,6 +66,8 @@ class FaultEvent:
     at_seconds: float
     target: str
     restart_at: float
+    process: ProducerProcess | CheckerProcess | None
+    """The killed process, started again when its down time is over; ``None``: the broker."""
     back_after: float | None = None
 
 
@@ -130,27 +132,27 @@ def _checker_env(bootstrap: str) -> dict[str, str]:
 
 def _fire(cluster: Cluster, fault: Fault, console: Console) -> None:
     now = time.monotonic()
-    if fault.kind is FaultKind.KILL_PRODUCER:
-        target = _first_alive(cluster.producers, fault.target)
+    process: ProducerProcess | CheckerProcess | None = None  # None: the broker
+    if fault.kind in (FaultKind.KILL_PRODUCER, FaultKind.KILL_CHECKER):
+        role, slots = (
+            ("producer", cluster.producers)
+            if fault.kind is FaultKind.KILL_PRODUCER
+            else ("checker", cluster.checkers)
+        )
+        target = _first_alive(slots, fault.target)
         if target is None:
-            console.print(f"    [yellow]skipped[/] {fault.describe()}: no producer is up")
+            console.print(f"    [yellow]skipped[/] {fault.describe()}: no {role} is up")
             return
-        cluster.producers[target].kill()
-        name = f"producer {target}"
-    elif fault.kind is FaultKind.KILL_CHECKER:
-        target = _first_alive(cluster.checkers, fault.target)
-        if target is None:
-            console.print(f"    [yellow]skipped[/] {fault.describe()}: no checker is up")
-            return
-        cluster.checkers[target].kill()
-        name = f"checker {target}"
+        process = slots[target]
+        process.kill()
+        name = f"{role} {target}"
     else:
         if fault.kind is FaultKind.STOP_BROKER:
             cluster.kafka.stop()
         else:
             cluster.kafka.kill()
         name = "broker"
-    event = FaultEvent(fault, cluster.elapsed(), name, now + fault.down_seconds)
+    event = FaultEvent(fault, cluster.elapsed(), name, now + fault.down_seconds, process)
     cluster.events.append(event)
     console.print(
         f"    [red]{event.at_seconds:6.1f}s[/] {fault.kind.verb} {name} at {cluster.sent} "
@@ -174,16 +176,10 @@ def _restart_due(cluster: Cluster, console: Console, *, all_now: bool = False) -
     for event in cluster.events:
         if event.back_after is not None or (now < event.restart_at and not all_now):
             continue
-        if event.target == "broker":
+        if event.process is None:
             cluster.kafka.start()
-        elif event.target.startswith("producer"):
-            slot = cluster.producers[int(event.target.split()[1])]
-            if not slot.alive:
-                slot.start()
-        else:
-            checker = cluster.checkers[int(event.target.split()[1])]
-            if not checker.alive:
-                checker.start()
+        elif not event.process.alive:
+            event.process.start()
         event.back_after = time.monotonic() - (event.restart_at - event.fault.down_seconds)
         console.print(
             f"    [green]{cluster.elapsed():6.1f}s[/] {event.target} back "

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from confluent_kafka.admin import AdminClient
@@ -18,41 +20,53 @@ from tests.producer.conftest import OutboxTopics
 pytestmark = pytest.mark.kafka
 
 
-def test_checker_survives_a_broker_restart(own_kafka_broker):
-    names = TopicNames("outage")
-    topics = OutboxTopics(own_kafka_broker.bootstrap_servers, names, "outage-events")
+@contextmanager
+def _running_checker(broker, prefix: str, **settings) -> Iterator[OutboxTopics]:
+    """A checker on its own thread over fresh outbox topics, one half already pending."""
+    names = TopicNames(prefix)
+    topics = OutboxTopics(broker.bootstrap_servers, names, f"{prefix}-events")
     admin = AdminClient(topics.client_config)
     ensure_topics(
         admin, [*plan_topics(names, 3, 1, ("orders",)), TopicSpec(topics.real_topic, 1, 1)]
     )
     write(topics, pending_half(topics, "before").to_record(names, 0))
-
-    settings = CheckerSettings(
-        bootstrap_servers=topics.bootstrap,
-        topic_prefix=names.prefix,
-        http_address="",
-        check_interval_seconds=0.5,
+    checker = Checker(
+        CheckerSettings(
+            bootstrap_servers=topics.bootstrap,
+            topic_prefix=prefix,
+            http_address="",
+            check_interval_seconds=0.5,
+            **settings,
+        ),
+        clock=SkewedClock(60),
     )
-    clock = SkewedClock(60)
-    checker = Checker(settings, clock=clock)
     loop = threading.Thread(target=checker.run, daemon=True)
     loop.start()
     try:
         wait_for(lambda: len(check_requests(topics)) >= 1, 60, "the first check")
-        own_kafka_broker.stop()
-        time.sleep(3)  # the loop meets the outage and backs off
+        yield topics
         assert loop.is_alive()
-        own_kafka_broker.start()
-        write(topics, pending_half(topics, "after").to_record(names, 1))
-        wait_for(
-            lambda: "after" in {r.half.transaction_id for r in check_requests(topics)},
-            120,
-            "a check of the half written after the restart",
-        )
     finally:
         checker.stop()
         loop.join(60)
     assert not loop.is_alive()
+
+
+def _wait_for_check_of_half_written_now(topics: OutboxTopics) -> None:
+    write(topics, pending_half(topics, "after").to_record(topics.names, 1))
+    wait_for(
+        lambda: "after" in {r.half.transaction_id for r in check_requests(topics)},
+        120,
+        "a check of the half written after the restart",
+    )
+
+
+def test_checker_survives_a_broker_restart(own_kafka_broker):
+    with _running_checker(own_kafka_broker, "outage") as topics:
+        own_kafka_broker.stop()
+        time.sleep(3)  # the loop meets the outage and backs off
+        own_kafka_broker.start()
+        _wait_for_check_of_half_written_now(topics)
     first_checks = [
         r.half.transaction_id for r in check_requests(topics) if r.half.check_times == 1
     ]
@@ -65,35 +79,9 @@ def test_checker_rejoins_its_group_after_an_outage_longer_than_its_session(own_k
     Every offset commit with the old member id fails (UNKNOWN_MEMBER_ID); only
     polling the group while backing off lets the replica hear it and join again.
     """
-    names = TopicNames("longoutage")
-    topics = OutboxTopics(own_kafka_broker.bootstrap_servers, names, "longoutage-events")
-    admin = AdminClient(topics.client_config)
-    ensure_topics(
-        admin, [*plan_topics(names, 2, 1, ("orders",)), TopicSpec(topics.real_topic, 1, 1)]
-    )
-    write(topics, pending_half(topics, "before").to_record(names, 0))
-    settings = CheckerSettings(
-        bootstrap_servers=topics.bootstrap,
-        topic_prefix=names.prefix,
-        http_address="",
-        check_interval_seconds=0.5,
-        kafka_properties={"session.timeout.ms": "6000", "heartbeat.interval.ms": "1000"},
-    )
-    checker = Checker(settings, clock=SkewedClock(60))
-    loop = threading.Thread(target=checker.run, daemon=True)
-    loop.start()
-    try:
-        wait_for(lambda: len(check_requests(topics)) >= 1, 60, "the first check")
+    timeouts = {"session.timeout.ms": "6000", "heartbeat.interval.ms": "1000"}
+    with _running_checker(own_kafka_broker, "longoutage", kafka_properties=timeouts) as topics:
         own_kafka_broker.kill()
         time.sleep(12)  # twice the session: the group forgets this member
         own_kafka_broker.start()
-        write(topics, pending_half(topics, "after").to_record(names, 1))
-        wait_for(
-            lambda: "after" in {r.half.transaction_id for r in check_requests(topics)},
-            90,
-            "a check of the half written after the outage",
-        )
-    finally:
-        checker.stop()
-        loop.join(60)
-    assert not loop.is_alive()
+        _wait_for_check_of_half_written_now(topics)
