@@ -116,8 +116,8 @@ def _committed_in_database(url: str) -> set[str]:
         engine.dispose()
 
 
-def _checker_env(bootstrap: str) -> dict[str, str]:
-    return {
+def _checker_env(bootstrap: str, database_url: str | None) -> dict[str, str]:
+    env = {
         "OUTBOX_BOOTSTRAP_SERVERS": bootstrap,
         "OUTBOX_TOPIC_PREFIX": PREFIX,
         "OUTBOX_CHECK_INTERVAL_SECONDS": str(CHECK_INTERVAL_SECONDS),
@@ -125,6 +125,10 @@ def _checker_env(bootstrap: str) -> dict[str, str]:
         "OUTBOX_KAFKA_PROPERTIES": json.dumps(CLIENT_TIMEOUTS),
         "OUTBOX_HTTP_ADDRESS": "",
     }
+    if database_url is not None:
+        env["OUTBOX_RESOLVE_FROM_DB"] = database_url
+        env["OUTBOX_DB_GRACE_SECONDS"] = str(GRACE_SECONDS)
+    return env
 
 
 # ----------------------------------------------------------------- faults
@@ -343,6 +347,7 @@ def run(console: Console, settings: ChaosSettings) -> int:
         console.print(f"    Kafka {bootstrap}; PostgreSQL {postgres.url}", highlight=False)
         _prepare_database(postgres.url)
         names = TopicNames(PREFIX)
+        resolve_url = postgres.url if settings.resolve_from_db else None
         ensure_topics(
             AdminClient({"bootstrap.servers": bootstrap}),
             [
@@ -352,7 +357,10 @@ def run(console: Console, settings: ChaosSettings) -> int:
         )
         cluster = Cluster(
             kafka,
-            [CheckerProcess(i, _checker_env(bootstrap), logs) for i in range(settings.checkers)],
+            [
+                CheckerProcess(i, _checker_env(bootstrap, resolve_url), logs)
+                for i in range(settings.checkers)
+            ],
             [
                 ProducerProcess(_worker_config(settings, bootstrap, postgres.url, i), logs)
                 for i in range(settings.producers)

@@ -34,6 +34,11 @@ class ChaosSettings(BaseSettings):
         le=1,
         description="committed orders whose listener answers UNKNOW (resolved by check-back)",
     )
+    resolve_from_db: bool = Field(
+        False,
+        description="checker replicas answer from the transaction log (--resolve-from-db)"
+        " instead of asking the producers",
+    )
     partitions: int = Field(4, ge=1, description="partitions of the outbox and real topics")
     settle_seconds: float = Field(
         240.0, gt=0, description="how long the checker and sink may take to settle after faults"

@@ -19,7 +19,11 @@ SEED = 1
 
 
 @pytest.mark.timeout(900)
-def test_a_short_chaos_run_loses_nothing_and_shows_nothing_rolled_back(tmp_path):
+@pytest.mark.parametrize(
+    "answers", ["producers", "database"], ids=["check-back", "resolve-from-db"]
+)
+def test_a_short_chaos_run_loses_nothing_and_shows_nothing_rolled_back(tmp_path, answers):
+    """Once with the producers answering the checks, once with the checker reading the log."""
     result = subprocess.run(
         [
             sys.executable,
@@ -33,6 +37,7 @@ def test_a_short_chaos_run_loses_nothing_and_shows_nothing_rolled_back(tmp_path)
             "--checker-kills=1",
             "--broker-restarts=1",
             f"--work-dir={tmp_path}",
+            "--resolve-from-db" if answers == "database" else "--no-resolve-from-db",
         ],
         capture_output=True,
         text=True,
