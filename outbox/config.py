@@ -20,6 +20,14 @@ from outbox.protocol import DEFAULT_PREFIX, TopicNames, validate_topic_name
 BOOTSTRAP_ENV = "OUTBOX_BOOTSTRAP_SERVERS"
 
 
+def normalize_bootstrap_servers(value: str) -> str:
+    """``host:port[,host:port]`` without blanks; every settings object checks it this way."""
+    hosts = [h.strip() for h in value.split(",") if h.strip()]
+    if not hosts or any(":" not in h for h in hosts):
+        raise ValueError(f"expected host:port[,host:port], got {value!r}")
+    return ",".join(hosts)
+
+
 class KafkaSettings(BaseSettings):
     """Where the cluster is, which topic prefix to use, and extra client properties."""
 
@@ -36,10 +44,7 @@ class KafkaSettings(BaseSettings):
     @field_validator("bootstrap_servers")
     @classmethod
     def _bootstrap_has_hosts(cls, value: str) -> str:
-        hosts = [h.strip() for h in value.split(",") if h.strip()]
-        if not hosts or any(":" not in h for h in hosts):
-            raise ValueError(f"expected host:port[,host:port], got {value!r}")
-        return ",".join(hosts)
+        return normalize_bootstrap_servers(value)
 
     @field_validator("topic_prefix")
     @classmethod

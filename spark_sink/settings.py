@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from outbox.config import normalize_bootstrap_servers
 from outbox.protocol import DEFAULT_PREFIX, TopicNames, validate_topic_name
 
 _DURATION = re.compile(
@@ -117,10 +118,7 @@ class SinkSettings(BaseSettings):
     @field_validator("bootstrap_servers")
     @classmethod
     def _bootstrap_has_hosts(cls, value: str) -> str:
-        hosts = [h.strip() for h in value.split(",") if h.strip()]
-        if not hosts or any(":" not in h for h in hosts):
-            raise ValueError(f"expected host:port[,host:port], got {value!r}")
-        return ",".join(hosts)
+        return normalize_bootstrap_servers(value)
 
     @field_validator("topics", mode="before")
     @classmethod
