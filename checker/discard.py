@@ -114,7 +114,7 @@ class ResumeMarker:
     @classmethod
     def from_record(cls, raw: RawRecord) -> ResumeMarker | None:
         """The marker in ``raw``; ``None`` for any other record (or a broken marker)."""
-        if _header(raw, Header.KIND.value) != RESUMED_KIND:
+        if raw.header_text(Header.KIND.value) != RESUMED_KIND:
             return None
         try:
             return cls(
@@ -130,18 +130,8 @@ class ResumeMarker:
             return None
 
 
-def _header(raw: RawRecord, name: str) -> str | None:
-    for key, value in raw.headers:
-        if key == name and value is not None:
-            try:
-                return value.decode("utf-8") or None
-            except UnicodeDecodeError:
-                return None
-    return None
-
-
 def _required(raw: RawRecord, name: str) -> str:
-    value = _header(raw, name)
+    value = raw.header_text(name)
     if value is None:
         raise ValueError(f"{name} is missing")
     return value
@@ -183,7 +173,7 @@ class DiscardedHalf:
 
     def field(self, header: Header) -> str | None:
         """A header of the original half, leniently (malformed halves show what they have)."""
-        return _header(self.raw, header.value)
+        return self.raw.header_text(header.value)
 
     @property
     def transaction_id(self) -> str | None:

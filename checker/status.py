@@ -301,11 +301,11 @@ def _count_pending(
     op_records, ops_capped = _read_until(ops, part.partition, op_start, part.op_end, limit)
     part.halves_scanned, part.ops_scanned = len(half_records), len(op_records)
     part.capped = halves_capped or ops_capped
-    ended = {tid for raw in op_records if (tid := _header(raw, Header.TRANSACTION_ID.value))}
+    ended = {tid for raw in op_records if (tid := raw.header_text(Header.TRANSACTION_ID.value))}
     pending: set[str] = set()
     for raw in half_records:
-        transaction_id = _header(raw, Header.TRANSACTION_ID.value)
-        born = _header(raw, _BORN_MS)
+        transaction_id = raw.header_text(Header.TRANSACTION_ID.value)
+        born = raw.header_text(_BORN_MS)
         if transaction_id is None or born is None or not born.isdigit():
             part.malformed += 1
             continue
@@ -316,17 +316,6 @@ def _count_pending(
         if part.oldest_pending_born_ms is None or born_ms < part.oldest_pending_born_ms:
             part.oldest_pending_born_ms = born_ms
     part.pending = len(pending)
-
-
-def _header(raw: RawRecord, name: str) -> str | None:
-    """One header as text, leniently: a status count must not fail on one bad record."""
-    for key, value in raw.headers:
-        if key == name and value is not None:
-            try:
-                return value.decode("utf-8") or None
-            except UnicodeDecodeError:
-                return None
-    return None
 
 
 # ------------------------------------------------------------------ showing it

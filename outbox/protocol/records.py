@@ -123,6 +123,20 @@ class RawRecord:
             str(kind), self.headers, topic=self.topic, partition=self.partition, offset=self.offset
         )
 
+    def header_text(self, name: str) -> str | None:
+        """One header as text, leniently: ``None`` when absent, null, empty or not UTF-8.
+
+        For tools that report on many records (status counts, discard listings),
+        which must not fail on one bad record; decoders use :class:`HeaderReader`.
+        """
+        for key, value in self.headers:
+            if key == name and value is not None:
+                try:
+                    return value.decode("utf-8") or None
+                except UnicodeDecodeError:
+                    return None
+        return None
+
     def kind(self) -> RecordKind | None:
         """The ``outbox-kind`` header, or ``None`` for records without a valid one."""
         for name, value in self.headers:

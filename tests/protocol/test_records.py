@@ -280,3 +280,16 @@ def test_internal_record_is_not_a_real_record():
 def test_validate_transaction_id_rejects(bad):
     with pytest.raises(ValueError, match="transaction id"):
         validate_transaction_id(bad)
+
+
+def test_header_text_is_lenient_where_decoders_are_strict():
+    raw = RawRecord(
+        "t",
+        0,
+        0,
+        None,
+        None,
+        (("a", b"text"), ("empty", b""), ("null", None), ("binary", b"\xff\xfe")),
+    )
+    assert raw.header_text("a") == "text"
+    assert [raw.header_text(n) for n in ("empty", "null", "binary", "absent")] == [None] * 4
