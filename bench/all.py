@@ -37,8 +37,10 @@ from rich.table import Table
 from bench import checker, producer, sink
 from bench.common import (
     bench_main,
+    count_label,
     figure,
     noise_note,
+    print_last_line,
     run_on_broker,
     save_results,
     warn_if_noisy,
@@ -185,11 +187,9 @@ def _run_against(console: Console, options: Options, bootstrap: str, broker_pid:
         },
     }
     save_results(console, options.json_path, document)
-    console.print(
+    print_last_line(
+        console,
         "bench: " + " ".join(f"{key}={figure(value, spec)}" for key, value, spec in summary),
-        highlight=False,
-        markup=False,
-        soft_wrap=True,
     )
     return 0 if all(v in ("ok", "skipped") for v in verdicts.values()) else 1
 
@@ -373,14 +373,6 @@ def _sink_rows(report: sink.Report | None, options: sink.Options | None) -> list
     ]
 
 
-def _count(n: int) -> str:
-    """1000000 -> ``1m``, 50000 -> ``50k``: a backlog size as a summary key's suffix."""
-    for size, suffix in ((1_000_000, "m"), (1_000, "k")):
-        if n % size == 0:
-            return f"{n // size}{suffix}"
-    return str(n)
-
-
 def _summary(results: Results, options: Options) -> list[tuple[str, float | None, str]]:
     """The last line's (key, value, format), in order; also the JSON's summary.
 
@@ -390,7 +382,7 @@ def _summary(results: Results, options: Options) -> list[tuple[str, float | None
     p = results.producer.summary if results.producer else {}
     senders = p.get("senders", 64)
     c, s = results.checker, results.sink
-    rss_at = _count(options.checker.rss_halves if options.checker else 1_000_000)
+    rss_at = count_label(options.checker.rss_halves if options.checker else 1_000_000)
     return [
         (f"ratio_at_{senders}", p.get("ratio"), ".3f"),
         (f"outbox_msgs_per_s_at_{senders}", p.get("outbox_msgs_per_s"), ".0f"),

@@ -53,8 +53,10 @@ from rich.table import Table
 from bench.checker_driver import WalkResult, skewed_clock, walk_backlog
 from bench.common import (
     bench_main,
+    count_label,
     figure,
     host_cpu_seconds,
+    print_last_line,
     process_cpu_seconds,
     run_on_broker,
     save_results,
@@ -543,12 +545,10 @@ def run(console: Console, options: Options) -> int:
 
 def _run_against(console: Console, options: Options, bootstrap: str, broker_pid: int | None) -> int:
     report = measure(console, options, bootstrap, broker_pid)
-    console.print(
+    print_last_line(
+        console,
         f"bench-checker: halves_per_s={report.scan.halves_per_s:.0f} "
-        f"rss_mb_at_1m={figure(report.rss_mb, '.0f')}",
-        highlight=False,
-        markup=False,
-        soft_wrap=True,
+        f"rss_mb_at_{count_label(options.rss_halves)}={figure(report.rss_mb, '.0f')}",
     )
     return 0 if report.ok else 1
 
@@ -617,7 +617,7 @@ def _document(
         "rss": None if rss is None else asdict(rss),
         "summary": {
             "halves_per_s": scan.halves_per_s,
-            "rss_mb_at_1m": rss.peak_rss_mb if rss else None,
+            f"rss_mb_at_{count_label(options.rss_halves)}": rss.peak_rss_mb if rss else None,
             "aim_halves_per_s": AIM_HALVES_PER_S,
             "aim_rss_mb": AIM_RSS_MB,
         },

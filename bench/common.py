@@ -110,6 +110,19 @@ def figure(value: float | None, spec: str) -> str:
     return "nan" if value is None else format(value, spec)
 
 
+def count_label(n: int) -> str:
+    """1000000 -> ``1m``, 50000 -> ``50k``: a backlog size as a summary key's suffix."""
+    for size, suffix in ((1_000_000, "m"), (1_000, "k")):
+        if n % size == 0:
+            return f"{n // size}{suffix}"
+    return str(n)
+
+
+def print_last_line(console: Console, line: str) -> None:
+    """The ``bench…: key=value …`` line scripts grep for: verbatim, never wrapped or styled."""
+    console.print(line, highlight=False, markup=False, soft_wrap=True)
+
+
 def bench_main(options: Any, run: Callable[[Console, Any], int]) -> None:
     """The shared ``main``: quiet logging, a console, the exit code of ``run``."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")

@@ -51,6 +51,7 @@ from bench.common import (
     bench_main,
     figure,
     host_cpu_seconds,
+    print_last_line,
     process_cpu_seconds,
     run_on_broker,
     save_results,
@@ -510,14 +511,12 @@ def run(console: Console, options: Options) -> int:
 def _run_against(console: Console, options: Options, bootstrap: str, broker_pid: int | None) -> int:
     report = measure(console, options, bootstrap, broker_pid)
     summary = report.summary
-    console.print(
+    print_last_line(
+        console,
         f"bench-producer: ratio_at_{summary['senders']}={figure(summary['ratio'], '.3f')} "
         f"outbox_msgs_per_s_at_{summary['senders']}={figure(summary['outbox_msgs_per_s'], '.0f')} "
         f"plain_msgs_per_s_at_{summary['senders']}={figure(summary['plain_msgs_per_s'], '.0f')} "
         f"end_p99_ms={figure(summary['end_p99_ms'], '.1f')}",
-        highlight=False,
-        markup=False,
-        soft_wrap=True,
     )
     return 0 if report.ok else 1
 

@@ -53,6 +53,7 @@ from rich.table import Table
 from bench.common import (
     bench_main,
     host_cpu_seconds,
+    print_last_line,
     process_cpu_seconds,
     run_on_broker,
     save_results,
@@ -578,12 +579,10 @@ def run(console: Console, options: Options) -> int:
 def _run_against(console: Console, options: Options, bootstrap: str, broker_pid: int | None) -> int:
     report = measure(console, options, bootstrap, broker_pid)
     delay = report.delay
-    console.print(
+    print_last_line(
+        console,
         f"bench-sink: rows_per_s={report.throughput.rows_per_s:.0f} "
         f"delay_p50_ms={_fmt(delay.delay_p50_ms)} delay_p99_ms={_fmt(delay.delay_p99_ms)}",
-        highlight=False,
-        markup=False,
-        soft_wrap=True,
     )
     return 0 if report.ok else 1
 
