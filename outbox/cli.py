@@ -80,6 +80,9 @@ def config_reference_command(
         Path | None,
         typer.Option(
             "--write",
+            exists=True,
+            dir_okay=False,
+            writable=True,
             help="Rewrite the section between the config-reference markers of this Markdown"
             " file (README.md) instead of printing.",
             show_default=False,

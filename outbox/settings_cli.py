@@ -135,7 +135,8 @@ def _parameter(model: type[BaseSettings], name: str, flags: FlagNames) -> inspec
             names = (f"{names[0]}/--no-{names[0].removeprefix('--')}", *names[1:])
         option = typer.Option(
             *names,
-            envvar=variables,
+            # One name as a string: click shows a list as its repr in error messages.
+            envvar=variables[0] if len(variables) == 1 else list(variables),
             help=_help(info),
             metavar=f"[{'|'.join(str(c) for c in choices)}]" if choices else None,
         )

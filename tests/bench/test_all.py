@@ -74,3 +74,10 @@ def test_bench_all_on_the_test_broker(kafka_bootstrap: str, tmp_path: Path) -> N
     assert document["benches"]["sink"] is None
     # The benches' own result files are not written by ``bench.all``.
     assert options.producer is not None and options.producer.json_path is None
+
+
+def test_a_bad_pass_through_flag_fails_before_any_broker_starts(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        bench_all.parse_args(["--producer-args=--senders=0"])
+    assert exit_info.value.code == 2
+    assert "--senders" in capsys.readouterr().err

@@ -94,3 +94,11 @@ def test_write_refuses_a_file_without_markers(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="config-reference:start"):
         config_reference.write_section(readme, "x")
     assert readme.read_text() == "# Title\n"
+
+
+def test_write_to_a_missing_file_is_refused_naming_it(tmp_path: Path) -> None:
+    missing = tmp_path / "NOPE.md"
+    result = CliRunner().invoke(app, ["config-reference", "--write", str(missing)])
+    assert result.exit_code == 2
+    assert "NOPE.md" in result.output and "does not exist" in result.output
+    assert not missing.exists()

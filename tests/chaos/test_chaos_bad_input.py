@@ -1,0 +1,46 @@
+"""``outbox chaos`` refuses bad settings at once, naming them, before it starts anything."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def _chaos(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "outbox", "chaos", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,  # a run that started a broker would take minutes
+        env=env,
+    )
+
+
+@pytest.mark.parametrize(
+    "args,named",
+    [
+        (["--transactions=5"], "OUTBOX_CHAOS_TRANSACTIONS"),
+        (["--producers=1"], "OUTBOX_CHAOS_PRODUCERS"),
+        (["--rollback-share=2"], "OUTBOX_CHAOS_ROLLBACK_SHARE"),
+        (["--broker-restarts=-1"], "OUTBOX_CHAOS_BROKER_RESTARTS"),
+    ],
+)
+def test_out_of_range_values_are_one_error_naming_the_setting(args, named):
+    result = _chaos(*args)
+    assert result.returncode == 1
+    assert "invalid settings" in result.stderr and named in result.stderr
+    assert "==>" not in result.stdout  # nothing was started
+
+
+def test_a_value_that_is_not_a_number_is_refused_naming_flag_and_variable():
+    result = _chaos("--threads=many")
+    assert result.returncode == 2
+    assert "--threads" in result.stderr and "OUTBOX_CHAOS_THREADS" in result.stderr
+    assert "['" not in result.stderr  # the variable, not a list's repr
+
+
+def test_a_bad_environment_variable_is_refused_like_a_flag():
+    result = _chaos(env={**os.environ, "OUTBOX_CHAOS_SEED": "abc"})
+    assert result.returncode == 2
+    assert "OUTBOX_CHAOS_SEED" in result.stderr
