@@ -38,7 +38,7 @@ from outbox.admin import TopicSpec, ensure_topics, plan_topics
 from outbox.chaos.plan import Fault, FaultKind, fault_plan
 from outbox.chaos.processes import CLIENT_TIMEOUTS, CheckerProcess, ProducerProcess
 from outbox.chaos.settings import ChaosSettings
-from outbox.chaos.verdict import TopicState, Verdict, judge, read_topic_state
+from outbox.chaos.verdict import Verdict, judge, read_topic_state
 from outbox.chaos.worker import GROUP, ORDERS_TABLE, WorkerConfig
 from outbox.dev.kafka import LocalKafka, ensure_kafka_jars
 from outbox.dev.postgres import LocalPostgres
@@ -226,10 +226,9 @@ def _send_with_faults(
 
 def _settle(
     bootstrap: str, settings: ChaosSettings, console: Console, on_tick: Callable[[], None]
-) -> TopicState:
+) -> None:
     """Read the topics until no half is pending (or the settle time is over)."""
     deadline = time.monotonic() + settings.settle_seconds
-    state = TopicState()
     with console.status("    settling") as status:
         while time.monotonic() < deadline:
             on_tick()
@@ -237,15 +236,14 @@ def _settle(
                 state = read_topic_state(bootstrap, TopicNames(PREFIX), (REAL_TOPIC,))
             except KafkaUnavailableError as exc:
                 log.warning("reading the topics: %s", exc)
-                continue
-            status.update(
-                f"    settling: {len(state.transactions)} transactions, "
-                f"{len(state.pending)} pending, {len(state.discarded)} discarded"
-            )
-            if not state.pending:
-                break
+            else:
+                status.update(
+                    f"    settling: {len(state.transactions)} transactions, "
+                    f"{len(state.pending)} pending, {len(state.discarded)} discarded"
+                )
+                if not state.pending:
+                    return
             time.sleep(3)
-    return state
 
 
 class Sink:
@@ -420,7 +418,7 @@ def _run_phases(
     _step(console, f"sending {settings.transactions} transactions under faults")
     _send_with_faults(cluster, settings, faults, console, sink.check)
     _step(console, "faults over: waiting for the checker to settle every half")
-    state = _settle(cluster.kafka.bootstrap_servers, settings, console, sink.check)
+    _settle(cluster.kafka.bootstrap_servers, settings, console, sink.check)
     committed = _committed_in_database(url)
     _step(console, "waiting for the sink to land every committed order")
     rows = sink.wait_for(committed, settings.settle_seconds, console)
