@@ -348,10 +348,11 @@ def _write(
         offsets: list[list[int]] = []
         for plan in plans:
             assert plan.chosen.half is not None and plan.chosen.record is not None
-            half = plan.chosen.half.resumed()
+            record = plan.chosen.record
+            half = plan.chosen.half.resumed(record.half_offset)
             offset: list[int] = []
             producer.produce(
-                **half.to_record(topics, plan.chosen.record.half_partition).produce_kwargs(),
+                **half.to_record(topics, record.half_partition).produce_kwargs(),
                 on_delivery=_remember_offset(offset),
             )
             offsets.append(offset)

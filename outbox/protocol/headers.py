@@ -39,6 +39,13 @@ class Header(StrEnum):
     DISCARD_PARTITION = "outbox-discard-partition"  # a resume marker names its discard record
     DISCARD_OFFSET = "outbox-discard-offset"
     RESUMED_MS = "outbox-resumed-ms"
+    ORIGIN_OFFSET = "outbox-origin-offset"
+    """On put-back copies, check requests and ops: the offset of the transaction's original
+    half in its half partition. (partition, origin offset) is a half's identity: every copy
+    and every decision of one send share it, whatever transaction id the caller chose."""
+    ORIGIN_STORED_MS = "outbox-origin-stored-ms"
+    """On put-back copies: when the broker stored the original half (its log time), so ages
+    are measured on the broker's clock and not on the producer's."""
 
 
 def is_reserved(name: str) -> bool:

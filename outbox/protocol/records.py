@@ -6,7 +6,7 @@
 | op      | ``<prefix>.op``          | transaction id / -   | producer end; checker (db)     |
 | check   | ``<prefix>.check.<grp>`` | the user's           | checker                        |
 | discard | ``<prefix>.discard``     | the half's, verbatim | checker                        |
-| real    | the user's topic         | the user's           | producer end (commit)          |
+| real    | the user's topic         | the user's           | checker relay (commit op)      |
 
 Everything the protocol needs lives in ``outbox-`` headers, so user payloads are
 never wrapped and a real record is a plain record with additive headers.
@@ -60,6 +60,8 @@ class DiscardReason(StrEnum):
     CHECK_MAX = "check-max"
     RETENTION = "retention"
     MALFORMED = "malformed"
+    UNPUBLISHABLE = "unpublishable"
+    """Committed, but its real record cannot be written (topic gone, too large): kept here."""
 
 
 def new_transaction_id() -> str:
@@ -209,6 +211,19 @@ class HalfRecord:
     real_partition: int | None = None
     check_times: int = 0
     immunity_seconds: int | None = None
+    origin_offset: int | None = None
+    """Set on put-back copies: offset of the original half (``None`` on the original)."""
+    origin_stored_ms: int | None = None
+    """Set on put-back copies: the broker's store time of the original half."""
+
+    def identity(self, offset: int) -> int:
+        """The origin offset of this half, stored at ``offset``: its identity in its partition.
+
+        Decisions, the checker's memory of ended halves and the relay's memory of
+        published ones are all keyed on it, never on the transaction id alone: a
+        caller may reuse an id after a rollback, and that retry is a new half.
+        """
+        return self.origin_offset if self.origin_offset is not None else offset
 
     def to_record(self, topics: TopicNames, half_partition: int) -> OutgoingRecord:
         headers: HeaderList = [
@@ -230,6 +245,10 @@ class HalfRecord:
             headers.append(int_header(Header.REAL_PARTITION, self.real_partition))
         if self.immunity_seconds is not None:
             headers.append(int_header(Header.IMMUNITY_SECONDS, self.immunity_seconds))
+        if self.origin_offset is not None:
+            headers.append(int_header(Header.ORIGIN_OFFSET, self.origin_offset))
+        if self.origin_stored_ms is not None:
+            headers.append(int_header(Header.ORIGIN_STORED_MS, self.origin_stored_ms))
         return headers
 
     @classmethod
@@ -249,15 +268,29 @@ class HalfRecord:
             real_partition=reader.optional_integer(Header.REAL_PARTITION),
             check_times=reader.integer(Header.CHECK_TIMES),
             immunity_seconds=reader.optional_integer(Header.IMMUNITY_SECONDS),
+            origin_offset=reader.optional_integer(Header.ORIGIN_OFFSET),
+            origin_stored_ms=reader.optional_integer(Header.ORIGIN_STORED_MS),
         )
 
-    def put_back(self) -> Self:
-        """The copy the checker appends before asking: one more check, same born time."""
-        return dataclasses.replace(self, check_times=self.check_times + 1)
+    def put_back(self, offset: int | None = None, stored_ms: int | None = None) -> Self:
+        """The copy the checker appends before asking: one more check, same identity.
 
-    def resumed(self) -> Self:
-        """The copy ``discard resume`` re-inserts: the check count starts over."""
-        return dataclasses.replace(self, check_times=0)
+        ``offset`` and ``stored_ms`` are where and when this half was stored; a
+        copy of the original half records them as its origin, a copy of a copy
+        keeps the origin it already names.
+        """
+        return dataclasses.replace(
+            self,
+            check_times=self.check_times + 1,
+            origin_offset=self.origin_offset if self.origin_offset is not None else offset,
+            origin_stored_ms=(
+                self.origin_stored_ms if self.origin_stored_ms is not None else stored_ms
+            ),
+        )
+
+    def resumed(self, offset: int | None = None, stored_ms: int | None = None) -> Self:
+        """The copy ``discard resume`` re-inserts: the check count starts over, same identity."""
+        return dataclasses.replace(self.put_back(offset, stored_ms), check_times=0)
 
     def to_real_record(self) -> OutgoingRecord:
         """The committed event, as the user sent it plus the transaction id header."""
@@ -279,6 +312,13 @@ class OpRecord:
     half_offset: int
     resolution: Resolution
     ended_ms: int
+    origin_offset: int | None = None
+    """Identity of the half this decides (``HalfRecord.identity``); None means half_offset."""
+
+    @property
+    def identity(self) -> int:
+        """The origin offset of the half this op decides: its key in the checker and relay."""
+        return self.origin_offset if self.origin_offset is not None else self.half_offset
 
     def to_record(self, topics: TopicNames) -> OutgoingRecord:
         headers: HeaderList = [
@@ -290,6 +330,8 @@ class OpRecord:
             text_header(Header.RESOLUTION, self.resolution),
             int_header(Header.ENDED_MS, self.ended_ms),
         ]
+        if self.origin_offset is not None:
+            headers.append(int_header(Header.ORIGIN_OFFSET, self.origin_offset))
         return OutgoingRecord(
             topics.op,
             self.transaction_id.encode("utf-8"),
@@ -315,6 +357,7 @@ class OpRecord:
             half_offset=reader.integer(Header.HALF_OFFSET),
             resolution=parsed,
             ended_ms=reader.integer(Header.ENDED_MS),
+            origin_offset=reader.optional_integer(Header.ORIGIN_OFFSET),
         )
 
 

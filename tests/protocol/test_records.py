@@ -293,3 +293,28 @@ def test_header_text_is_lenient_where_decoders_are_strict():
     )
     assert raw.header_text("a") == "text"
     assert [raw.header_text(n) for n in ("empty", "null", "binary", "absent")] == [None] * 4
+
+
+def test_a_copy_names_its_origin_and_a_copy_of_a_copy_keeps_it():
+    half = a_half()
+    assert half.identity(7) == 7
+    copy = half.put_back(7, 1_000)
+    assert (copy.origin_offset, copy.origin_stored_ms, copy.identity(99)) == (7, 1_000, 7)
+    again = copy.put_back(99, 5_000)
+    assert (again.origin_offset, again.origin_stored_ms, again.check_times) == (7, 1_000, 2)
+    raw = RawRecord(
+        "outbox.half",
+        0,
+        99,
+        again.key,
+        again.value,
+        tuple(again.to_record(TopicNames(), 0).headers),
+    )
+    assert HalfRecord.from_record(raw).identity(99) == 7
+
+
+def test_an_op_names_the_identity_of_the_half_it_decides():
+    op = OpRecord("tx", "g", 0, 99, Resolution.COMMIT, 2, origin_offset=7)
+    raw = RawRecord("outbox.op", 0, 0, None, None, tuple(op.to_record(TopicNames()).headers))
+    assert OpRecord.from_record(raw).identity == 7
+    assert OpRecord("tx", "g", 0, 99, Resolution.COMMIT, 2).identity == 99
