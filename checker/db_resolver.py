@@ -71,11 +71,10 @@ class DatabaseResolver:
             half_offset,
             resolution,
             int(self._clock() * 1000),
+            origin_offset=copy.identity(half_offset),
         )
-        records = [op.to_record(self._topics)]
-        if resolution is Resolution.COMMIT:
-            records.insert(0, copy.to_real_record())
-        return records
+        # The decision only: the relay publishes the real record, once, as for any commit.
+        return [op.to_record(self._topics)]
 
     def close(self) -> None:
         self._engine.dispose()

@@ -30,6 +30,23 @@ CHECKPOINT_LAG = Gauge(
     ["partition"],
 )
 
+RELAY_PUBLISHED = Counter(
+    "outbox_checker_relay_published", "Committed halves re-published to their real topics."
+)
+RELAY_SECOND_DECISIONS = Counter(
+    "outbox_checker_relay_second_decisions",
+    "Decisions for halves that already had one (late own ends, second answers): not published.",
+)
+RELAY_UNPUBLISHABLE = Counter(
+    "outbox_checker_relay_unpublishable",
+    "Committed halves whose real record could not be written: sent to the discard topic.",
+)
+RELAY_BATCH_SECONDS = Histogram(
+    "outbox_checker_relay_batch_seconds",
+    "Duration of one relay transaction (decisions read, records written, offsets committed).",
+    buckets=(0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 5),
+)
+
 _topics_by_partition: dict[int, set[str]] = {}
 
 

@@ -26,6 +26,7 @@ from tenacity import Retrying, retry_if_exception_type, wait_exponential
 from checker import metrics
 from checker.ended import EndedTransactions
 from checker.kafka_reader import KafkaPartitionReader, TopicCursor
+from checker.relay import Relay, RelaySettings
 from checker.round_writer import FencedError, RoundWriter, decode_checkpoint
 from checker.rules import RoundRules, iter_round
 from checker.settings import CheckerSettings
@@ -113,6 +114,8 @@ class Checker:
         instance = settings.instance_id or (
             f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         )
+        self._instance = instance
+        self.relay: Relay | None = None
         self._writer = RoundWriter(
             client,
             f"{settings.group_id}.{instance}",
@@ -179,6 +182,7 @@ class Checker:
             ),
             reraise=True,
         )
+        self.start_relay()
         try:
             while not self._stopping.is_set():
                 self.poll_membership(0.5)
@@ -205,11 +209,34 @@ class Checker:
         while not self._stopping.is_set() and (remaining := deadline - time.monotonic()) > 0:
             self.poll_membership(min(0.5, remaining))
 
+    def start_relay(self) -> Relay | None:
+        """Start this replica's relay thread (unless ``relay`` is off); idempotent."""
+        if self.relay is None and self.settings.relay:
+            settings = self.settings
+            self.relay = Relay(
+                settings.client_config(),
+                self.topics,
+                group_id=f"{settings.group_id}.relay",
+                transactional_id=f"{settings.group_id}.relay.{self._instance}",
+                settings=RelaySettings(
+                    batch=settings.relay_batch,
+                    memory=settings.relay_memory,
+                    transaction_timeout_ms=settings.relay_transaction_timeout_ms,
+                ),
+                now_ms=self._now_ms,
+            )
+            self.relay.start()
+        return self.relay
+
     def stop(self) -> None:
         """Ask :meth:`run` to finish the round under way and exit."""
         self._stopping.set()
+        if self.relay is not None:
+            self.relay.stop()
 
     def close(self) -> None:
+        if self.relay is not None:
+            self.relay.close()
         for closer in (
             self._writer.close,
             self._halves.close,

@@ -62,6 +62,24 @@ class CheckerSettings(KafkaSettings):
         gt=0,
         description="no log row and older than this: ROLLBACK (as the SQL listener's rule)",
     )
+    relay: bool = Field(
+        True,
+        description="re-publish committed halves to their real topics, exactly once (the"
+        " relay, RocketMQ's EndTransactionProcessor); with no replica relaying, decisions"
+        " wait on the op topic",
+    )
+    relay_batch: int = Field(
+        500, ge=1, description="most decisions the relay reads into one Kafka transaction"
+    )
+    relay_memory: int = Field(
+        200_000,
+        ge=1000,
+        description="half identities per op partition the relay keeps to recognise a second"
+        " decision at once; older ones are looked up in the op history",
+    )
+    relay_transaction_timeout_ms: int = Field(
+        10_000, ge=1000, description="Kafka transaction.timeout.ms of the relay's producer"
+    )
     http_address: str = Field(
         "127.0.0.1:9464", description="host:port of /healthz, /readyz and /metrics ('' turns off)"
     )

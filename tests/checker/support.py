@@ -49,7 +49,8 @@ def running_checker(
 
 
 def write(topics: OutboxTopics, *records: OutgoingRecord) -> list[tuple[int, int]]:
-    positions: list[tuple[int, int]] = []
+    """Write ``records``; their (partition, offset), in the order given."""
+    positions: list[tuple[int, int]] = [(-1, -1)] * len(records)
     producer = Producer(
         {
             **topics.client_config,
@@ -59,14 +60,17 @@ def write(topics: OutboxTopics, *records: OutgoingRecord) -> list[tuple[int, int
         }
     )
 
-    def delivered(error, message) -> None:
-        assert error is None, error
-        positions.append((message.partition(), message.offset()))
+    def delivered_as(index: int) -> Callable[[object, object], None]:
+        def delivered(error, message) -> None:
+            assert error is None, error
+            positions[index] = (message.partition(), message.offset())
 
-    for record in records:
+        return delivered
+
+    for index, record in enumerate(records):
         while True:
             try:
-                producer.produce(**record.produce_kwargs(), on_delivery=delivered)
+                producer.produce(**record.produce_kwargs(), on_delivery=delivered_as(index))
                 break
             except BufferError:
                 producer.poll(0.05)

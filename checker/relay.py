@@ -1,0 +1,464 @@
+"""The relay: RocketMQ's ``EndTransactionProcessor``, on Kafka's exactly-once machinery.
+
+Producers only decide (an op record: commit or rollback); the relay is the one
+publisher of real records. It consumes the op topic in its own consumer group
+(``<checker group>.relay``), and for the *first* decision of each half that is
+a commit, restores the real record from the half (topic, key, value, user
+headers, transaction id and producer group) and writes it in a Kafka
+transaction that also commits the consumed op offsets (consume → produce →
+``send_offsets_to_transaction``). The transaction is fenced by the group's
+generation (KIP-447): a replica that lost an op partition in a rebalance cannot
+commit for it any more. So whatever crashes, each committed half reaches its
+real topic exactly once, and a later decision for the same half (a late own
+end, a second check answer, a database resolution) publishes nothing: which
+decision came first is read from the op partition itself
+(:mod:`checker.decision_memory`), and the memory of it is committed with the
+offsets, in the same transaction.
+
+A half whose real record cannot be written (its topic is gone, it is larger
+than the topic or the client allows, it no longer exists) would otherwise stop
+its partition for good; it goes to the discard topic with the reason and the
+relay moves on.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_INVALID,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka import Message as KafkaMessage
+from confluent_kafka.admin import AdminClient
+
+from checker import metrics
+from checker.decision_memory import DecisionMemory
+from checker.half_lookup import HalfLookup
+from checker.kafka_reader import TopicCursor
+from outbox.errors import InvalidMessageError, KafkaUnavailableError
+from outbox.protocol import (
+    DiscardReason,
+    DiscardRecord,
+    HalfRecord,
+    Header,
+    MalformedRecordError,
+    OpRecord,
+    OutgoingRecord,
+    RawRecord,
+    Resolution,
+    TopicNames,
+)
+from outbox.protocol.headers import int_header, text_header
+from outbox.topic_catalog import TopicCatalog
+
+log = logging.getLogger(__name__)
+
+_CLIENT_MAX_MESSAGE_BYTES = 1_000_000
+"""librdkafka's ``message.max.bytes`` default: a larger record is refused by the client."""
+_RECORD_OVERHEAD = 100
+"""Bytes a record's framing adds beyond its key, value and headers (a safe round figure)."""
+
+
+@dataclass
+class BatchReport:
+    """What one relay transaction did."""
+
+    decisions: int = 0
+    published: int = 0
+    second_decisions: int = 0
+    rollbacks: int = 0
+    unpublishable: int = 0
+    by_partition: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RelaySettings:
+    """The relay's knobs (fields of :class:`checker.settings.CheckerSettings`)."""
+
+    batch: int = 500
+    memory: int = 200_000
+    transaction_timeout_ms: int = 10_000
+    timeout: float = 30.0
+
+
+class Relay:
+    """One replica's relay; ``run()`` in a thread until ``stop()``, or ``pump()`` in tests."""
+
+    def __init__(
+        self,
+        client_config: dict[str, Any],
+        topics: TopicNames,
+        *,
+        group_id: str,
+        transactional_id: str,
+        settings: RelaySettings = RelaySettings(),
+        now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+    ) -> None:
+        self._topics = topics
+        self._settings = settings
+        self._now_ms = now_ms
+        self._client_config = client_config
+        self._producer_config = {
+            **client_config,
+            "transactional.id": transactional_id,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 1,
+            "partitioner": "murmur2_random",
+            "transaction.timeout.ms": settings.transaction_timeout_ms,
+        }
+        self._memories: dict[int, DecisionMemory] = {}
+        self._in_transaction = False
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.last_batch_at = time.monotonic()
+        self._halves = HalfLookup(TopicCursor(client_config, topics.half, settings.timeout))
+        self._op_history = TopicCursor(client_config, topics.op, settings.timeout)
+        self._catalog = TopicCatalog(AdminClient(client_config), settings.timeout)
+        self._producer = self._new_producer()
+        self._consumer = Consumer(
+            {
+                **client_config,
+                "group.id": group_id,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "isolation.level": "read_committed",
+                "partition.assignment.strategy": "cooperative-sticky",
+            }
+        )
+        self._consumer.subscribe(
+            [topics.op],
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_revoke,
+        )
+
+    # ----------------------------------------------------------- lifecycle
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self.run, name="outbox-relay", daemon=True)
+        self._thread.start()
+
+    def run(self) -> None:
+        """Relay until :meth:`stop`. A failed batch is rolled back and read again."""
+        backoff = 0.5
+        while not self._stopping.is_set():
+            try:
+                self.pump(0.2)
+                backoff = 0.5
+            except (KafkaException, KafkaUnavailableError) as exc:
+                log.warning("relay batch failed, reading it again in %.1fs: %s", backoff, exc)
+                self._stopping.wait(backoff)
+                backoff = min(backoff * 2, 10.0)
+                self._rewind()
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop, let the batch under way finish, leave the group, close every client."""
+        self.stop()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        for closer in (self._consumer.close, self._halves.close, self._op_history.close):
+            try:
+                closer()
+            except (KafkaException, RuntimeError) as exc:
+                log.debug("closing the relay: %s", exc)
+        self._producer.flush(timeout)
+
+    @property
+    def partitions(self) -> list[int]:
+        """Op partitions this replica relays now."""
+        return sorted(self._memories)
+
+    # ----------------------------------------------------------- membership
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        starts = []
+        for tp in partitions:
+            position = self._restore(tp.partition)
+            starts.append(TopicPartition(self._topics.op, tp.partition, position))
+        consumer.incremental_assign(starts)
+        log.info("relaying op partitions %s", sorted(tp.partition for tp in partitions))
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            self._memories.pop(tp.partition, None)
+            self._halves.forget(tp.partition)
+        consumer.incremental_unassign(partitions)
+        log.info("stopped relaying op partitions %s", sorted(tp.partition for tp in partitions))
+
+    def _restore(self, partition: int) -> int:
+        """Rebuild a partition's decision memory from its committed offset; return that offset.
+
+        Reading the committed offset of a ``read_committed`` consumer waits
+        for any transaction still open on it (KIP-447), so a predecessor's
+        last batch is either in it or aborted, never half-seen.
+        """
+        tp = TopicPartition(self._topics.op, partition)
+        (committed,) = self._consumer.committed([tp], timeout=self._settings.timeout)
+        low, _ = self._consumer.get_watermark_offsets(tp, timeout=self._settings.timeout)
+        position = committed.offset
+        if position == OFFSET_INVALID or position < 0:
+            position = low
+            metadata = None
+        else:
+            metadata = committed.metadata
+        memory = DecisionMemory.from_metadata(metadata, self._settings.memory, low)
+        rebuilt = 0
+        offset = memory.op_floor
+        while offset < position:
+            batch = self._op_history.read(partition, offset, 500)
+            if not batch:
+                break
+            for raw in batch:
+                if raw.offset >= position:
+                    break
+                op = _decode_op(raw)
+                if op is not None:
+                    memory.learn(op.identity, raw.offset)
+                    rebuilt += 1
+            offset = batch[-1].offset + 1
+        memory.shrink(position)
+        self._memories[partition] = memory
+        log.info(
+            "op partition %d: relay resumes at %d, %d decisions re-read",
+            partition,
+            position,
+            rebuilt,
+        )
+        return position
+
+    def _rewind(self) -> None:
+        """After a failed batch: abort, then resume every partition from what Kafka committed."""
+        try:
+            if self._in_transaction:
+                self._producer.abort_transaction(self._settings.timeout)
+                self._in_transaction = False
+        except KafkaException as exc:
+            log.warning("relay abort failed (%s); starting a fresh producer", exc)
+            self._in_transaction = False
+            try:
+                self._producer = self._new_producer()
+            except KafkaUnavailableError as again:
+                log.warning("relay producer not ready yet: %s", again)
+                return
+        for partition in list(self._memories):
+            try:
+                position = self._restore(partition)
+                self._consumer.seek(TopicPartition(self._topics.op, partition, position))
+            except KafkaException as exc:
+                log.warning("relay cannot resume op partition %d yet: %s", partition, exc)
+
+    def _new_producer(self) -> Producer:
+        producer = Producer(self._producer_config)
+        try:
+            # Fences an earlier producer with this transactional.id, aborting its open batch.
+            producer.init_transactions(self._settings.timeout)
+        except KafkaException as exc:
+            raise KafkaUnavailableError(f"cannot start the relay's producer: {exc}") from None
+        return producer
+
+    # ----------------------------------------------------------- relaying
+
+    def pump(self, timeout: float) -> BatchReport:
+        """Relay one batch of decisions (waiting up to ``timeout`` for the first)."""
+        first = self._consumer.poll(timeout)
+        self.last_batch_at = time.monotonic()
+        if first is None:
+            return BatchReport()
+        messages = [first, *self._consumer.consume(self._settings.batch - 1, timeout=0)]
+        records = [RawRecord.from_kafka(m) for m in messages if _usable(m)]
+        records = [r for r in records if r.partition in self._memories]
+        if not records:
+            return BatchReport()
+        started = time.monotonic()
+        report = self._relay(records)
+        metrics.RELAY_BATCH_SECONDS.observe(time.monotonic() - started)
+        metrics.RELAY_PUBLISHED.inc(report.published)
+        metrics.RELAY_SECOND_DECISIONS.inc(report.second_decisions)
+        metrics.RELAY_UNPUBLISHABLE.inc(report.unpublishable)
+        return report
+
+    def _relay(self, records: list[RawRecord]) -> BatchReport:
+        report = BatchReport(decisions=len(records))
+        commits: dict[int, list[OpRecord]] = defaultdict(list)
+        next_offsets: dict[int, int] = {}
+        for raw in records:
+            next_offsets[raw.partition] = raw.offset + 1
+            op = _decode_op(raw)
+            if op is None or op.half_partition != raw.partition:
+                if op is not None:
+                    log.warning(
+                        "op at %s[%d] names half partition %d; ignored",
+                        raw.topic,
+                        raw.offset,
+                        op.half_partition,
+                    )
+                continue
+            memory = self._memories[raw.partition]
+            if not memory.is_first(op.identity, raw.offset, self._scanner(raw.partition)):
+                report.second_decisions += 1
+                continue
+            if op.resolution is Resolution.COMMIT:
+                commits[raw.partition].append(op)
+            else:
+                report.rollbacks += 1
+        outgoing = self._restore_records(commits, report)
+        producer = self._producer
+        producer.begin_transaction()
+        self._in_transaction = True
+        for record in outgoing:
+            self._produce(producer, record)
+        offsets = []
+        for partition, offset in next_offsets.items():
+            memory = self._memories[partition]
+            memory.shrink(offset)
+            offsets.append(
+                TopicPartition(self._topics.op, partition, offset, metadata=memory.metadata())
+            )
+        producer.send_offsets_to_transaction(
+            offsets, self._consumer.consumer_group_metadata(), self._settings.timeout
+        )
+        producer.commit_transaction(self._settings.timeout)
+        self._in_transaction = False
+        return report
+
+    def _restore_records(
+        self, commits: dict[int, list[OpRecord]], report: BatchReport
+    ) -> list[OutgoingRecord]:
+        """The real records of the commits, in op order; discards for those that cannot be."""
+        outgoing: list[OutgoingRecord] = []
+        for partition, ops in commits.items():
+            halves = self._halves.fetch(partition, (op.half_offset for op in ops))
+            for op in ops:
+                record, problem = self._real_record(op, halves.get(op.half_offset))
+                if record is not None:
+                    outgoing.append(record)
+                    report.published += 1
+                    report.by_partition[partition] = report.by_partition.get(partition, 0) + 1
+                    continue
+                report.unpublishable += 1
+                log.error(
+                    "committed transaction %s cannot be published (%s); kept on %s",
+                    op.transaction_id,
+                    problem,
+                    self._topics.discard,
+                )
+                raw = halves.get(op.half_offset) or _stand_in_half(self._topics, op)
+                discard = DiscardRecord.of_half(
+                    raw, DiscardReason.UNPUBLISHABLE, self._now_ms(), problem
+                )
+                outgoing.append(discard.to_record(self._topics))
+        return outgoing
+
+    def _real_record(
+        self, op: OpRecord, raw: RawRecord | None
+    ) -> tuple[OutgoingRecord | None, str]:
+        if raw is None:
+            return None, f"its half {op.half_partition}:{op.half_offset} is not in the half topic"
+        try:
+            half = HalfRecord.from_record(raw)
+        except MalformedRecordError as exc:
+            return None, f"its half does not decode: {exc}"
+        if half.transaction_id != op.transaction_id:
+            return None, (
+                f"the op names half {op.half_partition}:{op.half_offset}, which belongs to "
+                f"transaction {half.transaction_id}"
+            )
+        record = half.to_real_record()
+        try:
+            facts = self._catalog.get(record.topic)
+        except InvalidMessageError as exc:
+            return None, str(exc)
+        if record.partition is not None and record.partition >= facts.partitions:
+            return None, f"partition {record.partition} of {record.topic!r} does not exist"
+        size = _record_size(record)
+        limit = min(facts.max_message_bytes, _CLIENT_MAX_MESSAGE_BYTES)
+        if size > limit:
+            return None, f"its real record is {size} bytes, over the {limit}-byte limit"
+        return record, ""
+
+    def _scanner(self, partition: int) -> Callable[[int, int, int], bool]:
+        """The slow path for a decision below the memory's floor: read the op history."""
+
+        def decided_before(identity: int, start: int, end: int) -> bool:
+            log.info(
+                "op partition %d: a decision for half %d below the relay's window; "
+                "reading op history %d..%d",
+                partition,
+                identity,
+                start,
+                end,
+            )
+            offset = start
+            while offset < end:
+                batch = self._op_history.read(partition, offset, 500)
+                if not batch:
+                    return False
+                for raw in batch:
+                    if raw.offset >= end:
+                        return False
+                    op = _decode_op(raw)
+                    if op is not None and op.identity == identity:
+                        return True
+                offset = batch[-1].offset + 1
+            return False
+
+        return decided_before
+
+    def _produce(self, producer: Producer, record: OutgoingRecord) -> None:
+        while True:
+            try:
+                producer.produce(**record.produce_kwargs())
+                return
+            except BufferError:
+                producer.poll(0.01)
+
+
+def _usable(message: KafkaMessage) -> bool:
+    error = message.error()
+    if error is None:
+        return True
+    if error.code() != KafkaError._PARTITION_EOF:
+        raise KafkaException(error)
+    return False
+
+
+def _decode_op(raw: RawRecord) -> OpRecord | None:
+    try:
+        return OpRecord.from_record(raw)
+    except MalformedRecordError as exc:
+        log.warning("ignoring a malformed op record: %s", exc)
+        return None
+
+
+def _record_size(record: OutgoingRecord) -> int:
+    headers = sum(len(name) + len(value or b"") for name, value in record.headers)
+    return len(record.key or b"") + len(record.value or b"") + headers + _RECORD_OVERHEAD
+
+
+def _stand_in_half(topics: TopicNames, op: OpRecord) -> RawRecord:
+    """What a discard can say of a half that is gone: the op's own facts."""
+    return RawRecord(
+        topic=topics.half,
+        partition=op.half_partition,
+        offset=op.half_offset,
+        headers=(
+            text_header(Header.TRANSACTION_ID, op.transaction_id),
+            text_header(Header.PRODUCER_GROUP, op.producer_group),
+            int_header(Header.ORIGIN_OFFSET, op.identity),
+        ),
+    )

@@ -1,0 +1,188 @@
+"""The relay against a real broker: each committed half reaches its real topic exactly once.
+
+Halves and decisions are written as records (as producers, check answers and
+database resolutions write them), so each test states exactly which decisions
+the op partition holds, in which order.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from checker.relay import Relay, RelaySettings
+from outbox.protocol import (
+    DiscardReason,
+    DiscardRecord,
+    HalfRecord,
+    OpRecord,
+    RealRecord,
+    Resolution,
+)
+from tests.checker.support import pending_half, write
+from tests.producer.conftest import OutboxTopics
+
+pytestmark = pytest.mark.kafka
+
+COMMIT, ROLLBACK = Resolution.COMMIT, Resolution.ROLLBACK
+
+
+@contextmanager
+def relay_of(
+    topics: OutboxTopics, *, group: str | None = None, memory: int = 1000
+) -> Iterator[Relay]:
+    """A relay of the test's topics that owns every op partition (one member in its group)."""
+    relay = Relay(
+        topics.client_config,
+        topics.names,
+        group_id=group or f"{topics.names.prefix}.relay",
+        transactional_id=f"{topics.names.prefix}.relay.{uuid.uuid4().hex[:8]}",
+        settings=RelaySettings(batch=100, memory=memory),
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while len(relay.partitions) < 3:
+            assert time.monotonic() < deadline, "the relay got no op partitions"
+            relay.pump(0.2)
+        yield relay
+    finally:
+        relay.close()
+
+
+def drain(relay: Relay, quiet_seconds: float = 1.5) -> None:
+    """Pump until nothing arrived for ``quiet_seconds``."""
+    last = time.monotonic()
+    while time.monotonic() - last < quiet_seconds:
+        if relay.pump(0.2).decisions:
+            last = time.monotonic()
+
+
+def write_half(topics: OutboxTopics, half: HalfRecord, partition: int = 0) -> int:
+    ((_, offset),) = write(topics, half.to_record(topics.names, partition))
+    return offset
+
+
+def decide(
+    topics: OutboxTopics,
+    half: HalfRecord,
+    offset: int,
+    resolution: Resolution,
+    *,
+    origin: int | None = None,
+    partition: int = 0,
+) -> None:
+    op = OpRecord(
+        half.transaction_id, half.producer_group, partition, offset, resolution, 1, origin
+    )
+    write(topics, op.to_record(topics.names))
+
+
+def published(topics: OutboxTopics) -> Counter[str]:
+    return Counter(RealRecord.from_record(r).transaction_id for r in topics.read(topics.real_topic))
+
+
+def test_first_decision_wins_and_each_commit_is_published_once(outbox_topics: OutboxTopics):
+    t = outbox_topics
+    halves = {name: pending_half(t, f"{name}-{uuid.uuid4().hex[:6]}") for name in "abcde"}
+    at = {name: write_half(t, half) for name, half in halves.items()}
+    copy_of_c = halves["c"].put_back(at["c"])
+    copy_at = write_half(t, copy_of_c)
+    decide(t, halves["a"], at["a"], COMMIT)
+    decide(t, halves["b"], at["b"], ROLLBACK)
+    decide(t, halves["c"], at["c"], COMMIT)  # own end
+    decide(t, copy_of_c, copy_at, COMMIT, origin=at["c"])  # a check answer for its copy
+    decide(t, halves["d"], at["d"], ROLLBACK)
+    decide(t, halves["d"], at["d"], COMMIT)  # a commit after a rollback: never published
+    # e: no decision at all
+    with relay_of(t) as relay:
+        drain(relay)
+    ids = {name: half.transaction_id for name, half in halves.items()}
+    assert published(t) == Counter({ids["a"]: 1, ids["c"]: 1})
+
+
+def test_the_real_record_is_restored_from_the_half(outbox_topics: OutboxTopics):
+    t = outbox_topics
+    half = pending_half(t, "restored", user_headers=[("trace", b"abc"), ("empty", None)])
+    offset = write_half(t, half)
+    decide(t, half, offset, COMMIT)
+    with relay_of(t) as relay:
+        drain(relay)
+    (raw,) = t.read(t.real_topic)
+    real = RealRecord.from_record(raw)
+    assert (real.key, real.value, real.producer_group) == (half.key, half.value, "orders")
+    assert real.user_headers == [("trace", b"abc"), ("empty", None)]
+
+
+def test_a_reused_transaction_id_is_a_new_half(outbox_topics: OutboxTopics):
+    """A caller retries with the id of a rolled-back send: the retry commits and is published."""
+    t = outbox_topics
+    first = pending_half(t, "reused-id")
+    first_at = write_half(t, first)
+    decide(t, first, first_at, ROLLBACK)
+    retry = pending_half(t, "reused-id", value=b"retry")
+    retry_at = write_half(t, retry)
+    decide(t, retry, retry_at, COMMIT)
+    with relay_of(t) as relay:
+        drain(relay)
+    (raw,) = t.read(t.real_topic)
+    assert raw.value == b"retry"
+
+
+def test_a_restarted_relay_remembers_what_it_published(outbox_topics: OutboxTopics):
+    """The memory of decisions is rebuilt from the committed offsets and the op history."""
+    t = outbox_topics
+    half = pending_half(t, f"restart-{uuid.uuid4().hex[:6]}")
+    offset = write_half(t, half)
+    decide(t, half, offset, COMMIT)
+    with relay_of(t) as relay:
+        drain(relay)
+    assert published(t) == Counter({half.transaction_id: 1})
+    copy = half.put_back(offset)
+    copy_at = write_half(t, copy)
+    decide(t, copy, copy_at, COMMIT, origin=offset)  # a late check answer, after the restart
+    with relay_of(t) as relay:
+        drain(relay)
+    assert published(t) == Counter({half.transaction_id: 1})
+
+
+def test_a_decision_older_than_the_memory_is_judged_from_the_op_history(
+    outbox_topics: OutboxTopics,
+):
+    """With room for 2 identities, late decisions for early halves are still judged exactly."""
+    t = outbox_topics
+    halves = [pending_half(t, f"old-{n}-{uuid.uuid4().hex[:6]}") for n in range(12)]
+    offsets = [write_half(t, h) for h in halves]
+    for half, offset in zip(halves[:10], offsets[:10], strict=True):
+        decide(t, half, offset, COMMIT)
+    with relay_of(t, memory=2) as relay:
+        drain(relay)
+        decide(t, halves[0], offsets[0], COMMIT)  # long decided: nothing
+        decide(t, halves[10], offsets[10], COMMIT)  # a first decision: published
+        drain(relay)
+    with relay_of(t, memory=2) as relay:  # and again after a restart
+        decide(t, halves[1], offsets[1], COMMIT)
+        decide(t, halves[11], offsets[11], COMMIT)
+        drain(relay)
+    assert published(t) == Counter({h.transaction_id: 1 for h in halves})
+
+
+def test_an_unpublishable_commit_is_discarded_and_the_partition_moves_on(
+    outbox_topics: OutboxTopics,
+):
+    t = outbox_topics
+    lost_topic = pending_half(t, "no-such-topic", real_topic=f"{t.names.prefix}-missing")
+    after = pending_half(t, "after-it")
+    for half in (lost_topic, after):
+        decide(t, half, write_half(t, half), COMMIT)
+    with relay_of(t) as relay:
+        drain(relay)
+    assert published(t) == Counter({"after-it": 1})
+    (discard,) = [DiscardRecord.from_record(r) for r in t.read(t.names.discard)]
+    assert discard.reason is DiscardReason.UNPUBLISHABLE
+    assert "does not exist" in (discard.detail or "")
+    assert discard.original_half().transaction_id == "no-such-topic"
