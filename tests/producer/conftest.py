@@ -13,6 +13,7 @@ from outbox import LocalTransactionState, Message, ProducerSettings, Transaction
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
 from outbox.protocol import RawRecord, TopicNames
 from outbox.reading import read_topic
+from tests.fixtures.relay import running_relay
 
 HALF_PARTITIONS = 3
 
@@ -46,6 +47,13 @@ def outbox_topics(
     real_topic = f"{unique_prefix}-events"
     ensure_topics(kafka_admin, [*plan_topics(names, HALF_PARTITIONS), TopicSpec(real_topic, 2, 1)])
     return OutboxTopics(kafka_bootstrap, names, real_topic)
+
+
+@pytest.fixture
+def relay(outbox_topics: OutboxTopics) -> Iterator[None]:
+    """The checker's relay for the test's topics: commits reach the real topic."""
+    with running_relay(outbox_topics.client_config, outbox_topics.names):
+        yield
 
 
 class ScriptedListener:
