@@ -23,6 +23,7 @@ from outbox.protocol import (
     OpRecord,
     RealRecord,
     Resolution,
+    murmur2,
 )
 from tests.checker.support import pending_half, write
 from tests.producer.conftest import OutboxTopics
@@ -186,3 +187,20 @@ def test_an_unpublishable_commit_is_discarded_and_the_partition_moves_on(
     assert discard.reason is DiscardReason.UNPUBLISHABLE
     assert "does not exist" in (discard.detail or "")
     assert discard.original_half().transaction_id == "no-such-topic"
+
+
+def test_a_real_record_lands_on_the_partition_a_java_producer_would_choose(
+    outbox_topics: OutboxTopics,
+):
+    """Kafka's default partitioner: murmur2 of the key, positive, modulo the partitions."""
+    t = outbox_topics
+    halves = [pending_half(t, f"key-{n}") for n in range(20)]
+    for half in halves:
+        decide(t, half, write_half(t, half), COMMIT)
+    with relay_of(t) as relay:
+        drain(relay)
+    records = t.read(t.real_topic)
+    assert len(records) == 20
+    for raw in records:
+        assert raw.key is not None
+        assert raw.partition == (murmur2(raw.key) & 0x7FFFFFFF) % 2
