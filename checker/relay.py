@@ -70,6 +70,11 @@ _RECORD_OVERHEAD = 100
 """Bytes a record's framing adds beyond its key, value and headers (a safe round figure)."""
 
 
+def relay_group(checker_group: str) -> str:
+    """The relay's consumer group, beside the rounds' group of the same replicas."""
+    return f"{checker_group}.relay"
+
+
 @dataclass
 class BatchReport:
     """What one relay transaction did."""

@@ -38,6 +38,7 @@ from confluent_kafka.admin import AdminClient
 from rich.table import Table
 
 from checker.kafka_reader import TopicCursor
+from checker.relay import relay_group
 from checker.round_writer import decode_checkpoint
 from outbox.cli_options import BootstrapOption, PrefixOption, PropertiesOption, kafka_settings
 from outbox.config import KafkaSettings
@@ -72,12 +73,21 @@ class PartitionStatus:
     """True when the scan stopped at the limit: ``pending`` is then a lower bound."""
     owner: str | None = None
     """The checker replica (client id @ host) that owns the partition now, if any."""
+    op_low: int = 0
+    relay_offset: int | None = None
+    """Committed offset of the relay group on the op partition; ``None``: never relayed."""
 
     @property
     def lag(self) -> int:
         """Records between the half checkpoint (or the start) and the end."""
         start = self.half_checkpoint if self.half_checkpoint is not None else self.half_low
         return max(0, self.half_end - max(start, self.half_low))
+
+    @property
+    def unrelayed(self) -> int:
+        """Op records the relay has not consumed yet: decisions whose events are not out."""
+        start = self.relay_offset if self.relay_offset is not None else self.op_low
+        return max(0, self.op_end - max(start, self.op_low))
 
 
 @dataclass
@@ -115,6 +125,7 @@ def read_status(
             f"{counts[topics.op]}; they must match (half partition p pairs with op partition p)"
         )
     committed = _committed(client, group, topics.half, half_count, timeout)
+    relayed = _committed(client, relay_group(group), topics.op, half_count, timeout)
     owners = _owners(admin, group, topics.half, timeout)
     status = CheckerStatus(group, topics.half, scan_limit=scan_limit)
     watermarks = Consumer({**client, "group.id": f"outbox-status-{group}"})
@@ -134,6 +145,8 @@ def read_status(
                 half_checkpoint=offset,
                 op_checkpoint=op_checkpoint,
                 owner=owners.get(partition),
+                op_low=op_low,
+                relay_offset=relayed.get(partition, (None, None))[0],
             )
             half_start = max(offset if offset is not None else half_low, half_low)
             op_start = max(op_checkpoint if op_checkpoint is not None else op_low, op_low)
@@ -348,6 +361,7 @@ def status_table(status: CheckerStatus, title: str) -> Table:
         "lag",
         "pending",
         "oldest pending",
+        "unrelayed",
         "owner",
     ):
         table.add_column(column, justify="left" if column == "owner" else "right")
@@ -366,6 +380,7 @@ def status_table(status: CheckerStatus, title: str) -> Table:
             f"{part.lag:,}",
             pending,
             format_age(oldest),
+            f"{part.unrelayed:,}",
             part.owner or "-",
         )
     return table
@@ -379,6 +394,16 @@ def show_status(status: CheckerStatus, where: str) -> None:
     bound = "at least " if capped else ""
     console.print(
         f"pending: {bound}{total:,} transaction(s) over {len(status.partitions)} half partition(s)",
+        highlight=False,
+    )
+    unrelayed = sum(p.unrelayed for p in status.partitions)
+    console.print(
+        f"waiting for the relay: {unrelayed:,} op record(s)"
+        + (
+            " (no event of theirs is on a real topic yet; is a checker running?)"
+            if unrelayed
+            else ""
+        ),
         highlight=False,
     )
     if capped:

@@ -28,9 +28,9 @@ class SkewedClock:
 
 @contextmanager
 def running_checker(
-    topics: OutboxTopics, clock: Callable[[], float], **overrides: object
+    topics: OutboxTopics, clock: Callable[[], float], *, relay: bool = False, **overrides: object
 ) -> Iterator[Checker]:
-    """An in-process checker that owns every half partition."""
+    """An in-process checker that owns every half partition (and, with ``relay``, relays)."""
     settings = CheckerSettings(
         bootstrap_servers=topics.bootstrap,
         topic_prefix=topics.names.prefix,
@@ -43,6 +43,10 @@ def running_checker(
         while len(checker.owned_partitions()) < 3:
             assert time.monotonic() < deadline, "checker got no partitions"
             checker.poll_membership(0.2)
+        if relay:
+            started = checker.start_relay()
+            assert started is not None
+            wait_for(lambda: len(started.partitions) == 3, what="the relay's op partitions")
         yield checker
     finally:
         checker.close()

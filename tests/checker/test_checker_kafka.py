@@ -60,7 +60,7 @@ def test_unknown_is_resolved_by_check_back_and_never_asked_again(
     listener.check_answer = answer
     sent = producer.send_message_in_transaction(Message(outbox_topics.real_topic, b"v"), UNKNOW)
     clock = SkewedClock()
-    with running_checker(outbox_topics, clock) as checker:
+    with running_checker(outbox_topics, clock, relay=True) as checker:
         checker.run_round()
         assert check_requests(outbox_topics) == []  # younger than the transaction timeout
         clock.skew = 60
@@ -70,10 +70,11 @@ def test_unknown_is_resolved_by_check_back_and_never_asked_again(
         for _ in range(3):  # later rounds: the copy has its op, nobody is asked again
             clock.skew += 60
             checker.run_round()
+        expected = [sent.transaction_id] if resolution is Resolution.COMMIT else []
+        wait_for(lambda: real_ids(outbox_topics) == expected, what="the relay")
     assert [o.resolution for o in ops(outbox_topics)] == [resolution]
     assert len(check_requests(outbox_topics)) == 1
     assert len(listener.checked) == 1
-    expected = [sent.transaction_id] if resolution is Resolution.COMMIT else []
     assert real_ids(outbox_topics) == expected
     assert outbox_topics.read(outbox_topics.real_topic, "read_uncommitted") == (
         outbox_topics.read(outbox_topics.real_topic)

@@ -234,3 +234,16 @@ def test_half_and_op_partition_counts_must_match(kafka_bootstrap, kafka_admin, u
 )
 def test_format_age(seconds, shown):
     assert format_age(seconds) == shown
+
+
+def test_decisions_the_relay_has_not_published_are_counted(setup, kafka_bootstrap):
+    """With no relay running, decisions wait on the op topic: status says how many."""
+    settings, writer = setup
+    group = f"{settings.topic_prefix}.checker"
+    writer.halves(0, half("a", NOW_MS), half("b", NOW_MS))
+    writer.op("a", 0, 0)
+    writer.op("b", 0, 1)
+    assert [p.unrelayed for p in read_status(settings, group).partitions] == [2, 0]
+    # The relay committed its offset past the first decision.
+    commit_checkpoint(kafka_bootstrap, f"{group}.relay", settings.topics.op, 0, 1, 0)
+    assert [p.unrelayed for p in read_status(settings, group).partitions] == [1, 0]
