@@ -48,16 +48,15 @@ from checker.half_lookup import HalfLookup
 from checker.kafka_reader import TopicCursor
 from outbox.errors import InvalidMessageError, KafkaUnavailableError
 from outbox.protocol import (
+    Decision,
     DiscardReason,
     DiscardRecord,
-    HalfRecord,
     Header,
     MalformedRecordError,
-    OpRecord,
     OutgoingRecord,
     RawRecord,
-    Resolution,
     TopicNames,
+    real_record_of_half,
 )
 from outbox.protocol.headers import int_header, text_header
 from outbox.topic_catalog import TopicCatalog
@@ -91,7 +90,7 @@ class BatchReport:
 class RelaySettings:
     """The relay's knobs (fields of :class:`checker.settings.CheckerSettings`)."""
 
-    batch: int = 500
+    batch: int = 2000
     memory: int = 200_000
     transaction_timeout_ms: int = 10_000
     timeout: float = 30.0
@@ -231,9 +230,9 @@ class Relay:
             for raw in batch:
                 if raw.offset >= position:
                     break
-                op = _decode_op(raw)
-                if op is not None:
-                    memory.learn(op.identity, raw.offset)
+                decision = _decode(raw)
+                if decision is not None:
+                    memory.learn(decision.identity, raw.offset)
                     rebuilt += 1
             offset = batch[-1].offset + 1
         memory.shrink(position)
@@ -299,26 +298,26 @@ class Relay:
 
     def _relay(self, records: list[RawRecord]) -> BatchReport:
         report = BatchReport(decisions=len(records))
-        commits: dict[int, list[OpRecord]] = defaultdict(list)
+        commits: dict[int, list[Decision]] = defaultdict(list)
         next_offsets: dict[int, int] = {}
         for raw in records:
             next_offsets[raw.partition] = raw.offset + 1
-            op = _decode_op(raw)
-            if op is None or op.half_partition != raw.partition:
-                if op is not None:
+            decision = _decode(raw)
+            if decision is None or decision.half_partition != raw.partition:
+                if decision is not None:
                     log.warning(
                         "op at %s[%d] names half partition %d; ignored",
                         raw.topic,
                         raw.offset,
-                        op.half_partition,
+                        decision.half_partition,
                     )
                 continue
             memory = self._memories[raw.partition]
-            if not memory.is_first(op.identity, raw.offset, self._scanner(raw.partition)):
+            if not memory.is_first(decision.identity, raw.offset, self._scanner(raw.partition)):
                 report.second_decisions += 1
                 continue
-            if op.resolution is Resolution.COMMIT:
-                commits[raw.partition].append(op)
+            if decision.commit:
+                commits[raw.partition].append(decision)
             else:
                 report.rollbacks += 1
         outgoing = self._restore_records(commits, report)
@@ -342,7 +341,7 @@ class Relay:
         return report
 
     def _restore_records(
-        self, commits: dict[int, list[OpRecord]], report: BatchReport
+        self, commits: dict[int, list[Decision]], report: BatchReport
     ) -> list[OutgoingRecord]:
         """The real records of the commits, in op order; discards for those that cannot be."""
         outgoing: list[OutgoingRecord] = []
@@ -370,20 +369,19 @@ class Relay:
         return outgoing
 
     def _real_record(
-        self, op: OpRecord, raw: RawRecord | None
+        self, op: Decision, raw: RawRecord | None
     ) -> tuple[OutgoingRecord | None, str]:
         if raw is None:
             return None, f"its half {op.half_partition}:{op.half_offset} is not in the half topic"
         try:
-            half = HalfRecord.from_record(raw)
+            transaction_id, record = real_record_of_half(raw)
         except MalformedRecordError as exc:
             return None, f"its half does not decode: {exc}"
-        if half.transaction_id != op.transaction_id:
+        if transaction_id != op.transaction_id:
             return None, (
                 f"the op names half {op.half_partition}:{op.half_offset}, which belongs to "
-                f"transaction {half.transaction_id}"
+                f"transaction {transaction_id}"
             )
-        record = half.to_real_record()
         try:
             facts = self._catalog.get(record.topic)
         except InvalidMessageError as exc:
@@ -416,8 +414,8 @@ class Relay:
                 for raw in batch:
                     if raw.offset >= end:
                         return False
-                    op = _decode_op(raw)
-                    if op is not None and op.identity == identity:
+                    decision = _decode(raw)
+                    if decision is not None and decision.identity == identity:
                         return True
                 offset = batch[-1].offset + 1
             return False
@@ -442,9 +440,9 @@ def _usable(message: KafkaMessage) -> bool:
     return False
 
 
-def _decode_op(raw: RawRecord) -> OpRecord | None:
+def _decode(raw: RawRecord) -> Decision | None:
     try:
-        return OpRecord.from_record(raw)
+        return Decision.from_record(raw)
     except MalformedRecordError as exc:
         log.warning("ignoring a malformed op record: %s", exc)
         return None
@@ -455,7 +453,7 @@ def _record_size(record: OutgoingRecord) -> int:
     return len(record.key or b"") + len(record.value or b"") + headers + _RECORD_OVERHEAD
 
 
-def _stand_in_half(topics: TopicNames, op: OpRecord) -> RawRecord:
+def _stand_in_half(topics: TopicNames, op: Decision) -> RawRecord:
     """What a discard can say of a half that is gone: the op's own facts."""
     return RawRecord(
         topic=topics.half,
@@ -463,7 +461,6 @@ def _stand_in_half(topics: TopicNames, op: OpRecord) -> RawRecord:
         offset=op.half_offset,
         headers=(
             text_header(Header.TRANSACTION_ID, op.transaction_id),
-            text_header(Header.PRODUCER_GROUP, op.producer_group),
             int_header(Header.ORIGIN_OFFSET, op.identity),
         ),
     )

@@ -9,6 +9,7 @@ from outbox.protocol.headers import RESERVED_HEADER_PREFIX, Header, is_reserved
 from outbox.protocol.partitioning import half_partition_for, murmur2, op_partition_for_half
 from outbox.protocol.records import (
     CheckRequest,
+    Decision,
     DiscardReason,
     DiscardRecord,
     HalfRecord,
@@ -19,6 +20,7 @@ from outbox.protocol.records import (
     RecordKind,
     Resolution,
     new_transaction_id,
+    real_record_of_half,
     validate_transaction_id,
 )
 from outbox.protocol.topics import (
@@ -32,6 +34,7 @@ __all__ = [
     "DEFAULT_PREFIX",
     "RESERVED_HEADER_PREFIX",
     "CheckRequest",
+    "Decision",
     "DiscardReason",
     "DiscardRecord",
     "HalfRecord",
@@ -51,6 +54,7 @@ __all__ = [
     "murmur2",
     "new_transaction_id",
     "op_partition_for_half",
+    "real_record_of_half",
     "validate_producer_group",
     "validate_topic_name",
     "validate_transaction_id",

@@ -24,6 +24,7 @@ from enum import StrEnum
 from typing import Any, Protocol, Self
 
 from outbox.protocol.headers import (
+    RESERVED_HEADER_PREFIX,
     Header,
     HeaderList,
     HeaderReader,
@@ -359,6 +360,116 @@ class OpRecord:
             ended_ms=reader.integer(Header.ENDED_MS),
             origin_offset=reader.optional_integer(Header.ORIGIN_OFFSET),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What the relay acts on in an op record, read without the full decoder.
+
+    The relay reads every decision of a busy outbox; the full decoder validates
+    every field and builds an :class:`OpRecord` it does not need. This reads
+    the five headers a decision needs once, and hands any record it cannot read
+    plainly to :meth:`OpRecord.from_record`, so a malformed op fails with the
+    same :class:`MalformedRecordError` either way.
+    """
+
+    transaction_id: str
+    half_partition: int
+    half_offset: int
+    identity: int
+    commit: bool
+
+    @classmethod
+    def from_record(cls, raw: RawRecord) -> Decision:
+        found = dict(raw.headers)
+        try:
+            if len(found) != len(raw.headers) or found[_KIND] != _OP_KIND:
+                raise ValueError
+            resolution = found[_RESOLUTION]
+            if resolution not in _RESOLUTIONS:
+                raise ValueError
+            half_partition, half_offset = found[_HALF_PARTITION], found[_HALF_OFFSET]
+            origin = found.get(_ORIGIN_OFFSET, half_offset)
+            transaction_id = found[_TRANSACTION_ID]
+            if (
+                not (half_partition.isdigit() and half_offset.isdigit() and origin.isdigit())
+                or not transaction_id
+            ):
+                raise ValueError
+            return cls(
+                transaction_id.decode("utf-8"),
+                int(half_partition),
+                int(half_offset),
+                int(origin),
+                resolution == _COMMIT,
+            )
+        except (KeyError, ValueError, AttributeError, UnicodeDecodeError):
+            op = OpRecord.from_record(raw)  # names what is wrong, or reads what this could not
+            return cls(
+                op.transaction_id,
+                op.half_partition,
+                op.half_offset,
+                op.identity,
+                op.resolution is Resolution.COMMIT,
+            )
+
+
+def real_record_of_half(raw: RawRecord) -> tuple[str, OutgoingRecord]:
+    """The transaction id and the real record of a stored half, as the relay publishes it.
+
+    The same record as ``HalfRecord.from_record(raw).to_real_record()``, read in
+    one pass over the headers; a half it cannot read plainly goes through that
+    full decoder, which raises :class:`MalformedRecordError` naming the problem.
+    """
+    wanted: dict[str, bytes | None] = {}
+    user: HeaderList = []
+    seen = 0
+    for name, value in raw.headers:
+        if name[:_PREFIX_LENGTH].lower() != RESERVED_HEADER_PREFIX:
+            user.append((name, value))
+        elif name in _HALF_PUBLISH_HEADERS:
+            wanted[name] = value
+            seen += 1
+    try:
+        if seen != len(wanted) or wanted[_KIND] != _HALF_KIND:
+            raise ValueError
+        transaction_id, group = wanted[_TRANSACTION_ID], wanted[_PRODUCER_GROUP]
+        topic = wanted[_REAL_TOPIC]
+        partition = wanted.get(_REAL_PARTITION)
+        if not (transaction_id and group and topic) or (
+            partition is not None and not partition.isdigit()
+        ):
+            raise ValueError
+        record = OutgoingRecord(
+            topic.decode("utf-8"),
+            raw.key,
+            raw.value,
+            [*user, (_TRANSACTION_ID, transaction_id), (_PRODUCER_GROUP, group)],
+            None if partition is None else int(partition),
+        )
+        return transaction_id.decode("utf-8"), record
+    except (KeyError, ValueError, AttributeError, UnicodeDecodeError):
+        half = HalfRecord.from_record(raw)
+        return half.transaction_id, half.to_real_record()
+
+
+_KIND = Header.KIND.value
+_TRANSACTION_ID = Header.TRANSACTION_ID.value
+_PRODUCER_GROUP = Header.PRODUCER_GROUP.value
+_REAL_TOPIC = Header.REAL_TOPIC.value
+_REAL_PARTITION = Header.REAL_PARTITION.value
+_RESOLUTION = Header.RESOLUTION.value
+_HALF_PARTITION = Header.HALF_PARTITION.value
+_HALF_OFFSET = Header.HALF_OFFSET.value
+_ORIGIN_OFFSET = Header.ORIGIN_OFFSET.value
+_OP_KIND = RecordKind.OP.value.encode()
+_HALF_KIND = RecordKind.HALF.value.encode()
+_COMMIT = Resolution.COMMIT.value.encode()
+_RESOLUTIONS = frozenset(r.value.encode() for r in Resolution)
+_PREFIX_LENGTH = len(RESERVED_HEADER_PREFIX)
+_HALF_PUBLISH_HEADERS = frozenset(
+    (_KIND, _TRANSACTION_ID, _PRODUCER_GROUP, _REAL_TOPIC, _REAL_PARTITION)
+)
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,12 @@
 """Every record kind: round trip through its encoding, and every way to garble it."""
 
+import dataclasses
+
 import pytest
 
 from outbox.protocol import (
     CheckRequest,
+    Decision,
     DiscardReason,
     DiscardRecord,
     HalfRecord,
@@ -18,6 +21,7 @@ from outbox.protocol import (
     TopicNames,
     is_reserved,
     new_transaction_id,
+    real_record_of_half,
     validate_transaction_id,
 )
 
@@ -318,3 +322,39 @@ def test_an_op_names_the_identity_of_the_half_it_decides():
     raw = RawRecord("outbox.op", 0, 0, None, None, tuple(op.to_record(TopicNames()).headers))
     assert OpRecord.from_record(raw).identity == 7
     assert OpRecord("tx", "g", 0, 99, Resolution.COMMIT, 2).identity == 99
+
+
+@pytest.mark.parametrize("resolution", list(Resolution))
+def test_the_lean_decision_reads_what_the_full_decoder_reads(resolution):
+    op = OpRecord("tx-1", "g", 2, 99, resolution, 5, origin_offset=7)
+    raw = RawRecord("outbox.op", 2, 0, None, None, tuple(op.to_record(TopicNames()).headers))
+    assert Decision.from_record(raw) == Decision("tx-1", 2, 99, 7, resolution is Resolution.COMMIT)
+    plain = OpRecord("tx-1", "g", 2, 99, resolution, 5)
+    raw = RawRecord("outbox.op", 2, 0, None, None, tuple(plain.to_record(TopicNames()).headers))
+    assert Decision.from_record(raw).identity == 99
+
+
+def test_the_lean_decision_refuses_what_the_full_decoder_refuses():
+    op = OpRecord("tx-1", "g", 2, 99, Resolution.COMMIT, 5)
+    headers = [(n, v) for n, v in op.to_record(TopicNames()).headers if n != Header.HALF_OFFSET]
+    with pytest.raises(MalformedRecordError, match="outbox-half-offset"):
+        Decision.from_record(RawRecord("outbox.op", 2, 0, None, None, tuple(headers)))
+    twice = [*op.to_record(TopicNames()).headers, (Header.RESOLUTION.value, b"rollback")]
+    with pytest.raises(MalformedRecordError, match="appears 2 times"):
+        Decision.from_record(RawRecord("outbox.op", 2, 0, None, None, tuple(twice)))
+
+
+@pytest.mark.parametrize("partition", [None, 1])
+def test_the_lean_real_record_is_the_full_decoders_real_record(partition):
+    half = a_half().put_back(3, 1_000)
+    half = dataclasses.replace(half, real_partition=partition)
+    out = half.to_record(TopicNames(), 0)
+    raw = RawRecord("outbox.half", 0, 9, out.key, out.value, tuple(out.headers))
+    assert real_record_of_half(raw) == (half.transaction_id, half.to_real_record())
+
+
+def test_the_lean_real_record_refuses_a_half_without_its_real_topic():
+    out = a_half().to_record(TopicNames(), 0)
+    headers = tuple((n, v) for n, v in out.headers if n != Header.REAL_TOPIC)
+    with pytest.raises(MalformedRecordError, match="outbox-real-topic"):
+        real_record_of_half(RawRecord("outbox.half", 0, 9, out.key, out.value, headers))
