@@ -24,7 +24,7 @@ _GAP = 2_000
 class HalfLookup:
     """Halves by (partition, offset), read committed, through one cursor and an LRU cache."""
 
-    def __init__(self, cursor: TopicCursor, capacity: int = 50_000) -> None:
+    def __init__(self, cursor: TopicCursor, capacity: int = 20_000) -> None:
         self._cursor = cursor
         self._capacity = capacity
         self._cache: OrderedDict[tuple[int, int], RawRecord] = OrderedDict()
