@@ -49,14 +49,16 @@ def _exit_with_plain_errors(main: Callable[..., Any], *args: Any, **extra: Any) 
 class PlainErrorsGroup(TyperGroup):
     """The root command group: usage errors as whole lines (see the module docstring)."""
 
-    def main(  # type: ignore[override]
+    def main(
         self,
         args: Sequence[str] | None = None,
         prog_name: str | None = None,
         complete_var: str | None = None,
         standalone_mode: bool = True,
+        windows_expand_args: bool = True,
         **extra: Any,
     ) -> Any:
+        extra["windows_expand_args"] = windows_expand_args
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         _exit_with_plain_errors(super().main, args, prog_name, complete_var, **extra)
