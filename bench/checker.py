@@ -64,6 +64,7 @@ from bench.common import (
 )
 from checker.settings import CheckerSettings
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
+from outbox.config import kafka_client_config
 from outbox.dev.kafka import KAFKA_VERSION
 from outbox.protocol import HalfRecord, TopicNames
 from outbox.reading import read_topic
@@ -93,16 +94,18 @@ def write_halves(
     reading big lz4 batches, measured), so the backlog should look like a real one.
     """
     producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "enable.idempotence": True,
-            "acks": "all",
-            "linger.ms": 50,
-            "batch.size": 900_000,
-            "compression.type": compression,
-            "queue.buffering.max.messages": 1_000_000,
-            "queue.buffering.max.kbytes": 1_048_576,
-        }
+        kafka_client_config(
+            bootstrap,
+            {
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 50,
+                "batch.size": 900_000,
+                "compression.type": compression,
+                "queue.buffering.max.messages": 1_000_000,
+                "queue.buffering.max.kbytes": 1_048_576,
+            },
+        )
     )
     value = os.urandom(value_bytes)
     run = uuid.uuid4().hex[:8]
@@ -133,13 +136,13 @@ def fresh_topics(bootstrap: str, name: str) -> TopicNames:
         *plan_topics(topics, 1, 1, (GROUP,)),
         TopicSpec(f"{topics.prefix}.events", 1, 1),
     ]
-    ensure_topics(AdminClient({"bootstrap.servers": bootstrap}), specs)
+    ensure_topics(AdminClient(kafka_client_config(bootstrap)), specs)
     return topics
 
 
 def drop_topics(bootstrap: str, topics: TopicNames) -> None:
     names = [*topics.fixed, topics.check(GROUP), f"{topics.prefix}.events"]
-    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the futures resolve
+    admin = AdminClient(kafka_client_config(bootstrap))  # kept alive until the futures resolve
     for future in admin.delete_topics(names).values():
         try:
             future.result(30)
@@ -262,7 +265,7 @@ def scan_phase(
         if answerer is not None:
             answerer.stop()
     if answerer is not None:
-        ops = len(read_topic({"bootstrap.servers": bootstrap}, topics.op, timeout=300))
+        ops = len(read_topic(kafka_client_config(bootstrap), topics.op, timeout=300))
         console.print(f"    verify: {ops:,} ops on {topics.op}", highlight=False)
     if options.bootstrap_servers is not None:
         drop_topics(bootstrap, topics)

@@ -58,6 +58,7 @@ from bench.common import (
     warn_if_noisy,
 )
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
+from outbox.config import kafka_client_config
 from outbox.dev.kafka import KAFKA_VERSION
 from outbox.half_writer import HalfWriter
 from outbox.message import EndStatus, LocalTransactionState, Message
@@ -94,7 +95,7 @@ class PlainSender:
     def __init__(self, bootstrap: str, topic: str, value: bytes) -> None:
         self.topic = topic
         self.value = value
-        self.writer = HalfWriter({"bootstrap.servers": bootstrap})
+        self.writer = HalfWriter(kafka_client_config(bootstrap))
 
     def send(self, index: int, seq: int) -> float | None:
         key = f"{index}:{seq}".encode()
@@ -500,7 +501,7 @@ def _ratio(plain: CellResult | None, outbox: CellResult | None) -> float | None:
 
 def _count_committed_reals(bootstrap: str) -> int:
     """Records a ``read_committed`` consumer sees on the real topic: what downstream gets."""
-    return len(read_topic({"bootstrap.servers": bootstrap}, REAL_TOPIC, timeout=180))
+    return len(read_topic(kafka_client_config(bootstrap), REAL_TOPIC, timeout=180))
 
 
 def run(console: Console, options: Options) -> int:
@@ -532,7 +533,7 @@ def measure(console: Console, options: Options, bootstrap: str, broker_pid: int 
         TopicSpec(REAL_TOPIC, options.partitions, 1),
         TopicSpec(PLAIN_TOPIC, options.partitions, 1),
     ]
-    created = ensure_topics(AdminClient({"bootstrap.servers": bootstrap}), specs)
+    created = ensure_topics(AdminClient(kafka_client_config(bootstrap)), specs)
     console.print(
         f"[bold cyan]==>[/] topics ready ({options.partitions} partitions): "
         f"{', '.join(s.name for s in specs)}",

@@ -60,6 +60,7 @@ from bench.common import (
     warn_if_noisy,
 )
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
+from outbox.config import kafka_client_config
 from outbox.dev.kafka import KAFKA_VERSION
 from outbox.message import EndStatus, LocalTransactionState, Message
 from outbox.producer import TransactionProducer
@@ -215,13 +216,15 @@ def _jvm_pid(spark: Any) -> int | None:
 def load_events(bootstrap: str, topic: str, count: int, value_bytes: int) -> float:
     """``count`` committed real records on ``topic``, as commits write them; seconds taken."""
     producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "transactional.id": f"bench-sink-load-{uuid.uuid4().hex}",
-            "linger.ms": 20,
-            "batch.size": 1_000_000,
-            "compression.type": "none",
-        }
+        kafka_client_config(
+            bootstrap,
+            {
+                "transactional.id": f"bench-sink-load-{uuid.uuid4().hex}",
+                "linger.ms": 20,
+                "batch.size": 1_000_000,
+                "compression.type": "none",
+            },
+        )
     )
     value = os.urandom(value_bytes)
     began = time.monotonic()
@@ -263,7 +266,7 @@ def measure_throughput(
 
     topic = f"{PREFIX}-{uuid.uuid4().hex[:6]}.events"
     ensure_topics(
-        AdminClient({"bootstrap.servers": bootstrap}), [TopicSpec(topic, options.partitions, 1)]
+        AdminClient(kafka_client_config(bootstrap)), [TopicSpec(topic, options.partitions, 1)]
     )
     console.print(
         f"[bold cyan]==>[/] loading {options.events:,} events of {options.value_bytes} B "
@@ -399,7 +402,7 @@ def measure_delay(
     names = TopicNames(f"{PREFIX}-{uuid.uuid4().hex[:6]}")
     topic = f"{names.prefix}.live"
     ensure_topics(
-        AdminClient({"bootstrap.servers": bootstrap}),
+        AdminClient(kafka_client_config(bootstrap)),
         [
             *plan_topics(names, options.partitions, 1, (GROUP,)),
             TopicSpec(topic, options.partitions, 1),

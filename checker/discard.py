@@ -547,13 +547,19 @@ def resume_command(
     for label, why in outcome.refused:
         target = errors if not resume_all else console
         prefix_word = "error" if not resume_all else "skipped"
-        target.print(f"{prefix_word}: cannot resume {label}: {why}", highlight=False, markup=False)
+        target.print(
+            f"{prefix_word}: cannot resume {label}: {why}",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,  # whole at any width: the terminal wraps, rich does not cut
+        )
     for transaction_id in outcome.unknown:
         errors.print(
             f"error: no discarded half with transaction id {transaction_id!r} "
             f"on {settings.topics.discard}",
             highlight=False,
             markup=False,
+            soft_wrap=True,
         )
     warning = _retention_warning(outcome, _now_ms())
     if warning:

@@ -7,22 +7,19 @@ exit code 1, not a traceback (``OUTBOX_DEBUG=1`` shows it).
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from pydantic import ValidationError
 
 from checker.cli import register as register_checker
 from checker.discard import register as register_discard
 from checker.status import register as register_status
 from outbox import config_reference
 from outbox.chaos.settings import ChaosSettings
+from outbox.cli_errors import PlainErrorsGroup, run_program
 from outbox.dev.kafka_cli import kafka_app
-from outbox.errors import OutboxError
-from outbox.protocol import ProtocolError
 from outbox.settings_cli import settings_command
 from outbox.sql.cli import db_app
 from outbox.topics_cli import topics_app
@@ -34,6 +31,7 @@ app = typer.Typer(
     help="Transactional outbox on Kafka: topics, local runtimes, checker, sink.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    cls=PlainErrorsGroup,
 )
 app.add_typer(topics_app, name="topics")
 register_checker(app)
@@ -57,10 +55,10 @@ def demo() -> None:
 
 
 def _run_chaos(settings: ChaosSettings) -> None:
-    from outbox.chaos.run import run
+    from outbox.chaos.run import run as run_chaos
     from outbox.console import make_console
 
-    sys.exit(run(make_console(), settings))
+    sys.exit(run_chaos(make_console(), settings))
 
 
 settings_command(
@@ -99,10 +97,4 @@ def config_reference_command(
 
 
 def main() -> None:
-    try:
-        app()
-    except (OutboxError, ProtocolError, ValidationError, ValueError) as exc:
-        if os.environ.get("OUTBOX_DEBUG"):
-            raise
-        print(f"outbox: error: {exc}", file=sys.stderr)
-        sys.exit(1)
+    run_program(app)

@@ -9,6 +9,8 @@ passwords.
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import AliasChoices, Field, ValidationError, field_validator
@@ -18,6 +20,28 @@ from outbox.errors import ConfigurationError
 from outbox.protocol import DEFAULT_PREFIX, TopicNames, validate_topic_name
 
 BOOTSTRAP_ENV = "OUTBOX_BOOTSTRAP_SERVERS"
+
+KAFKA_LOGGER_NAME = "outbox.kafka"
+"""The Python logger librdkafka's own log lines go to."""
+
+
+def kafka_client_config(
+    bootstrap_servers: str, properties: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """A librdkafka configuration whose client logs through Python ``logging``.
+
+    Left alone, librdkafka writes its log lines (``%3|...|FAIL|... Connection
+    refused``) straight to file descriptor 2, past every handler and level the
+    program chose. Given a ``logger`` it hands them to ``outbox.kafka`` instead,
+    at the level confluent-kafka maps from syslog's (3 ERROR, 4 WARNING, 6 INFO,
+    7 DEBUG), and only while the client is polled: a client nobody polls any
+    more (closed, or past its use) puts nothing on anyone's screen.
+    """
+    return {
+        "bootstrap.servers": bootstrap_servers,
+        "logger": logging.getLogger(KAFKA_LOGGER_NAME),
+        **(properties or {}),
+    }
 
 
 def normalize_bootstrap_servers(value: str) -> str:
@@ -57,7 +81,7 @@ class KafkaSettings(BaseSettings):
 
     def client_config(self, **overrides: Any) -> dict[str, Any]:
         """A librdkafka configuration: bootstrap, pass-through properties, overrides."""
-        return {"bootstrap.servers": self.bootstrap_servers, **self.kafka_properties, **overrides}
+        return kafka_client_config(self.bootstrap_servers, {**self.kafka_properties, **overrides})
 
 
 def parse_properties(pairs: list[str]) -> dict[str, str]:

@@ -15,7 +15,6 @@ the checker as its own process, Spark in local mode.
 
 from __future__ import annotations
 
-import logging
 import os
 import random
 import subprocess
@@ -36,8 +35,9 @@ from rich.table import Table
 from sqlalchemy.orm import sessionmaker
 
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
+from outbox.config import kafka_client_config
 from outbox.console import make_console
-from outbox.demo_crash import GROUP, place_order
+from outbox.demo_crash import GROUP, log_errors_only, place_order
 from outbox.dev.kafka import LocalKafka, ensure_kafka_jars
 from outbox.message import EndStatus, Message
 from outbox.producer import TransactionProducer
@@ -171,7 +171,7 @@ def _crash_producers(
 
 
 def _events(bootstrap: str) -> Counter[str]:
-    records = read_topic({"bootstrap.servers": bootstrap}, REAL_TOPIC, timeout=60)
+    records = read_topic(kafka_client_config(bootstrap), REAL_TOPIC, timeout=60)
     return Counter(RealRecord.from_record(r).transaction_id for r in records)
 
 
@@ -212,6 +212,28 @@ def _run_sink(bootstrap: str, work: Path, console: Console) -> Counter[str]:
         spark.stop()
 
 
+def _order_service(
+    bootstrap: str, url: str, orders: list[dict[str, object]], outcomes: Outcomes, console: Console
+) -> None:
+    """The order service's part, in a function of its own so that its Kafka clients
+    are closed and gone when it returns, before the broker stops (a client left
+    alive would keep reconnecting to a broker that is no more)."""
+    engine = create_engine(url, connect_args={"check_same_thread": False})
+    listener = SqlTransactionListener(
+        sessionmaker(engine), place_order, group=GROUP, grace_seconds=30
+    )
+    settings = ProducerSettings(
+        bootstrap_servers=bootstrap, topic_prefix=PREFIX, transaction_timeout_seconds=2
+    )
+    with TransactionProducer(GROUP, listener, settings) as producer:
+        _step(console, f"order service: {len(orders)} orders from {SENDERS} threads")
+        _send_orders(producer, orders, outcomes, console)
+        _step(console, f"{CRASHED_PRODUCERS} producers die between database commit and end")
+        _crash_producers(bootstrap, url, len(orders) + 1, outcomes, console)
+        _wait_for_publication(bootstrap, outcomes, console)
+    engine.dispose()
+
+
 def run(console: Console, orders: int = ORDERS, seed: int = SEED) -> int:
     started = time.monotonic()
     _step(
@@ -233,7 +255,7 @@ def run(console: Console, orders: int = ORDERS, seed: int = SEED) -> int:
         _prepare_database(url)
         _step(console, f"topics with prefix {PREFIX!r} ({PARTITIONS} partitions) and {REAL_TOPIC}")
         ensure_topics(
-            AdminClient({"bootstrap.servers": bootstrap}),
+            AdminClient(kafka_client_config(bootstrap)),
             [
                 *plan_topics(TopicNames(PREFIX), PARTITIONS, 1, (GROUP,)),
                 TopicSpec(REAL_TOPIC, PARTITIONS, 1),
@@ -242,20 +264,7 @@ def run(console: Console, orders: int = ORDERS, seed: int = SEED) -> int:
         _step(console, "starting the checker (its own process)")
         checker = _start_checker(bootstrap, work / "checker.log")
         try:
-            engine = create_engine(url, connect_args={"check_same_thread": False})
-            listener = SqlTransactionListener(
-                sessionmaker(engine), place_order, group=GROUP, grace_seconds=30
-            )
-            settings = ProducerSettings(
-                bootstrap_servers=bootstrap, topic_prefix=PREFIX, transaction_timeout_seconds=2
-            )
-            with TransactionProducer(GROUP, listener, settings) as producer:
-                _step(console, f"order service: {orders} orders from {SENDERS} threads")
-                _send_orders(producer, _orders(orders, seed), outcomes, console)
-                _step(console, f"{CRASHED_PRODUCERS} producers die between database commit and end")
-                _crash_producers(bootstrap, url, orders + 1, outcomes, console)
-                _wait_for_publication(bootstrap, outcomes, console)
-            engine.dispose()
+            _order_service(bootstrap, url, _orders(orders, seed), outcomes, console)
         finally:
             checker.terminate()
             checker.wait(60)
@@ -316,6 +325,5 @@ def _report(
 
 
 def main() -> None:
-    # Rolled-back orders log a warning each; the demo's own table tells the story.
-    logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s %(message)s")
+    log_errors_only()
     sys.exit(run(make_console()))

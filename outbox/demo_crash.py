@@ -10,6 +10,7 @@ the transaction log) must publish the event. The demo and the tests use it.
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 
@@ -22,6 +23,12 @@ from outbox.settings import ProducerSettings
 from outbox.sql import SqlTransactionListener, create_engine
 
 GROUP = "order-service"
+
+
+def log_errors_only() -> None:
+    """The demo's logging: its screen is its own progress and tables; rolled-back
+    orders log a warning each and librdkafka reconnects noisily, so errors only."""
+    logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s %(message)s")
 
 
 def place_order(session: Session, message: Message, order: dict[str, object]) -> None:
@@ -50,6 +57,7 @@ def main(argv: list[str]) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     bootstrap, prefix, topic, url, order_id = argv[1:6]
+    log_errors_only()  # its stderr is the demo's screen
     listener = DiesAfterCommit(sessionmaker(create_engine(url)), place_order, group=GROUP)
     settings = ProducerSettings(
         bootstrap_servers=bootstrap, topic_prefix=prefix, kafka_transaction_timeout_ms=2000

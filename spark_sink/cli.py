@@ -12,12 +12,11 @@ already type are named here.
 
 from __future__ import annotations
 
-import os
 import sys
 
 import typer
 
-from outbox.errors import OutboxError
+from outbox.cli_errors import run_program
 from outbox.settings_cli import KAFKA_PROPERTY_FLAGS, FlagNames, settings_command
 from spark_sink.errors import SparkJarsError
 from spark_sink.progress import BatchProgress
@@ -104,10 +103,4 @@ def run_standalone(argv: list[str]) -> None:
     """``sink`` as a program of its own (``spark-submit spark_sink/job.py ...``)."""
     app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
     register(app)
-    try:
-        app(args=argv, prog_name="spark_sink.job")
-    except (OutboxError, ValueError) as exc:
-        if os.environ.get("OUTBOX_DEBUG"):
-            raise
-        print(f"outbox: error: {exc}", file=sys.stderr)
-        sys.exit(1)
+    run_program(app, argv, prog_name="spark_sink.job")

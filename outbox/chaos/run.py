@@ -40,6 +40,7 @@ from outbox.chaos.processes import CLIENT_TIMEOUTS, CheckerProcess, ProducerProc
 from outbox.chaos.settings import ChaosSettings
 from outbox.chaos.verdict import Verdict, judge, read_topic_state
 from outbox.chaos.worker import GROUP, ORDERS_TABLE, WorkerConfig
+from outbox.config import kafka_client_config
 from outbox.dev.kafka import LocalKafka, ensure_kafka_jars
 from outbox.dev.postgres import LocalPostgres
 from outbox.errors import KafkaUnavailableError
@@ -347,7 +348,7 @@ def run(console: Console, settings: ChaosSettings) -> int:
         names = TopicNames(PREFIX)
         resolve_url = postgres.url if settings.resolve_from_db else None
         ensure_topics(
-            AdminClient({"bootstrap.servers": bootstrap}),
+            AdminClient(kafka_client_config(bootstrap)),
             [
                 *plan_topics(names, settings.partitions, 1, (GROUP,)),
                 TopicSpec(REAL_TOPIC, settings.partitions, 1),

@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from outbox.config import kafka_client_config
 from outbox.protocol import (
     DiscardRecord,
     HalfRecord,
@@ -50,7 +51,7 @@ class TopicState:
 
 def read_topic_state(bootstrap: str, topics: TopicNames, real_topics: Iterable[str]) -> TopicState:
     """Read every outbox topic and the real topics from the start, ``read_committed``."""
-    client = {"bootstrap.servers": bootstrap}
+    client = kafka_client_config(bootstrap)
     state = TopicState()
 
     def records(topic: str) -> list[RawRecord]:

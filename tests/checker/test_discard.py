@@ -142,7 +142,7 @@ def test_resume_puts_the_original_half_back_with_checks_reset(discards):
     assert (outcome.already, outcome.refused, outcome.unknown) == ([], [], [])
     ((partition, back),) = discards.halves()
     assert partition == 1
-    assert back == original.resumed()
+    assert back == original.resumed(7)  # the discarded half was at offset 7: its identity
     assert back.check_times == 0
     assert (back.born_ms, back.user_headers, back.key) == (
         original.born_ms,

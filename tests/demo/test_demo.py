@@ -25,3 +25,7 @@ def test_demo_runs_the_whole_pipeline_and_its_invariants_hold():
     assert committed == sink_rows > 0
     assert rolled_back > 0
     assert resolved == 4
+    # The screen is the demo's own: no raw librdkafka line, no Python warning.
+    output = (result.stdout + result.stderr).splitlines()
+    assert [line for line in output if line.startswith("%")] == [], result.stderr[-3000:]
+    assert [line for line in output if re.search(r"\w+Warning: ", line)] == [], result.stderr
