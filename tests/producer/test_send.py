@@ -6,16 +6,23 @@ checker relay's to write, so every test here also checks it stays empty.
 
 from __future__ import annotations
 
+import logging
+import time
+
 import pytest
+from confluent_kafka.admin import AdminClient
 
 from outbox import (
     EndStatus,
+    EndTransactionError,
     LocalTransactionState,
     Message,
+    ProducerSettings,
     SendStatus,
     TransactionProducer,
 )
-from outbox.protocol import HalfRecord, OpRecord, Resolution
+from outbox.admin import TopicSpec, ensure_topics, plan_topics
+from outbox.protocol import HalfRecord, OpRecord, Resolution, TopicNames
 from tests.producer.conftest import OutboxTopics, ScriptedListener
 
 pytestmark = pytest.mark.kafka
@@ -173,3 +180,56 @@ def test_metrics_count_each_outcome(producer, outbox_topics):
     )
     assert [b - a for a, b in zip(before, after, strict=True)] == [1, 1, 2]
     assert value("outbox_end_latency_seconds_count") >= 2
+
+
+def end_failures(reason: str) -> float:
+    from prometheus_client import REGISTRY
+
+    labels = {"group": "orders", "reason": reason}
+    return REGISTRY.get_sample_value("outbox_end_failures_total", labels) or 0.0
+
+
+@pytest.mark.parametrize("oneway", [False, True], ids=["acknowledged", "oneway"])
+def test_op_lost_with_the_broker_is_reported_never_raised(own_kafka_broker, caplog, oneway):
+    """The broker goes away during the local transaction: the op can never land.
+
+    Acknowledged, the send says FAILED with the error; oneway, it has returned
+    already, so the loss is logged (naming the transaction) and counted.
+    """
+    bootstrap = own_kafka_broker.bootstrap_servers
+    names = TopicNames("lost")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    ensure_topics(admin, [*plan_topics(names, 1), TopicSpec("events", 1, 1)])
+    settings = ProducerSettings(
+        bootstrap_servers=bootstrap,
+        topic_prefix=names.prefix,
+        end_oneway=oneway,
+        send_timeout_seconds=3,
+        kafka_properties={"message.timeout.ms": "2000"},
+    )
+
+    def broker_dies(message: Message) -> LocalTransactionState:
+        own_kafka_broker.stop()
+        return COMMIT
+
+    reason = "oneway" if oneway else "failed"
+    before = end_failures(reason)
+    with (
+        caplog.at_level(logging.WARNING, logger="outbox.producer"),
+        TransactionProducer("orders", ScriptedListener(), settings) as producer,
+    ):
+        result = producer.send_message_in_transaction(Message("events", b"v"), broker_dies)
+        deadline = time.monotonic() + 30
+        while end_failures(reason) == before:
+            assert time.monotonic() < deadline, "the lost op was never reported"
+            time.sleep(0.1)
+        own_kafka_broker.start()  # so the shutdown meets a broker again
+    assert end_failures(reason) == before + 1
+    if oneway:
+        assert (result.end_status, result.end_error) == (EndStatus.SENT_ONEWAY, None)
+        (warning,) = [r for r in caplog.records if "oneway end not delivered" in r.getMessage()]
+        assert warning.levelno == logging.WARNING
+        assert result.transaction_id in warning.getMessage()
+    else:
+        assert result.end_status is EndStatus.FAILED
+        assert isinstance(result.end_error, EndTransactionError)
