@@ -89,7 +89,7 @@ def write_halves(
 ) -> float:
     """``count`` due halves into half partition 0, as fast as a plain producer goes; seconds.
 
-    Uncompressed by default, as :mod:`outbox.half_writer` writes them: the
+    Uncompressed by default, as :mod:`outbox.acked_writer` writes them: the
     checker's memory depends on it (librdkafka holds ~55 MiB more while
     reading big lz4 batches, measured), so the backlog should look like a real one.
     """

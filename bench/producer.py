@@ -7,7 +7,7 @@ service thread handling a request experiences:
 
 * **plain**: one shared idempotent ``acks=all`` confluent-kafka producer with a
   poll thread serving the delivery reports, configured like
-  :mod:`outbox.half_writer` (``linger.ms=1``), so the comparison measures the
+  :mod:`outbox.acked_writer` (``linger.ms=1``), so the comparison measures the
   outbox's extra work and not a different client setup;
 * **outbox**: one shared :class:`~outbox.producer.TransactionProducer` whose
   local transaction commits at once.
@@ -57,10 +57,11 @@ from bench.common import (
     save_results,
     warn_if_noisy,
 )
+from outbox.acked_writer import AckedWriter
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
 from outbox.config import kafka_client_config
 from outbox.dev.kafka import KAFKA_VERSION
-from outbox.half_writer import HalfWriter
+from outbox.errors import HalfWriteError
 from outbox.message import EndStatus, LocalTransactionState, Message
 from outbox.producer import TransactionProducer
 from outbox.protocol import OutgoingRecord, TopicNames
@@ -95,11 +96,13 @@ class PlainSender:
     def __init__(self, bootstrap: str, topic: str, value: bytes) -> None:
         self.topic = topic
         self.value = value
-        self.writer = HalfWriter(kafka_client_config(bootstrap))
+        self.writer = AckedWriter(kafka_client_config(bootstrap))
 
     def send(self, index: int, seq: int) -> float | None:
         key = f"{index}:{seq}".encode()
-        self.writer.write(OutgoingRecord(self.topic, key, self.value), SEND_TIMEOUT_SECONDS)
+        self.writer.write(
+            OutgoingRecord(self.topic, key, self.value), SEND_TIMEOUT_SECONDS, HalfWriteError
+        )
         return None
 
     def close(self) -> None:
@@ -683,16 +686,13 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         help=f"skip counting the committed records on {REAL_TOPIC}",
     )
     parser.add_argument("--json", dest="json_path", type=Path, default=RESULTS_PATH)
-    parser.add_argument("--group-commit-max-wait-ms", type=float, help="ProducerSettings override")
-    parser.add_argument("--group-commit-max-batch", type=int, help="ProducerSettings override")
+    parser.add_argument(
+        "--end-oneway", action="store_true", help="ProducerSettings override: end_oneway=true"
+    )
     args = parser.parse_args(argv)
     if args.seconds <= 0 or args.warmup < 0 or args.value_bytes < 1 or args.partitions < 1:
         parser.error("--seconds, --value-bytes and --partitions must be positive")
-    overrides = {
-        name: getattr(args, name)
-        for name in ("group_commit_max_wait_ms", "group_commit_max_batch")
-        if getattr(args, name) is not None
-    }
+    overrides = {"end_oneway": True} if args.end_oneway else {}
     return Options(
         senders=args.senders,
         seconds=args.seconds,

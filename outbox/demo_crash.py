@@ -3,9 +3,9 @@
 ``python -m outbox.demo_crash BOOTSTRAP PREFIX TOPIC DATABASE_URL ORDER_ID``:
 places one order through :class:`outbox.sql.SqlTransactionListener`, prints
 ``DB_COMMITTED <transaction id>`` once the database transaction has committed,
-and hangs until it is killed, so the real record and the op are never written
-by it. The checker's check-back (answered by a live producer of the group from
-the transaction log) must publish the event. The demo and the tests use it.
+and hangs until it is killed, so its decision op is never written. The
+checker's check-back (answered by a live producer of the group from the
+transaction log) must decide it, and the relay publish the event. The demo and the tests use it.
 """
 
 from __future__ import annotations
@@ -59,9 +59,7 @@ def main(argv: list[str]) -> int:
     bootstrap, prefix, topic, url, order_id = argv[1:6]
     log_errors_only()  # its stderr is the demo's screen
     listener = DiesAfterCommit(sessionmaker(create_engine(url)), place_order, group=GROUP)
-    settings = ProducerSettings(
-        bootstrap_servers=bootstrap, topic_prefix=prefix, kafka_transaction_timeout_ms=2000
-    )
+    settings = ProducerSettings(bootstrap_servers=bootstrap, topic_prefix=prefix)
     producer = TransactionProducer(GROUP, listener, settings).start()
     order = {"id": int(order_id), "total": 10.0}
     producer.send_message_in_transaction(

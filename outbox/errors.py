@@ -55,12 +55,15 @@ class HalfWriteError(OutboxError):
 
 
 class EndTransactionError(OutboxError):
-    """Writing the end of a transaction (real record and/or op) failed; the checker will ask."""
+    """Writing the decision op of a transaction failed; the checker will ask."""
 
 
 class LateEndRefusedError(EndTransactionError):
     """Too late to end the transaction directly: it is left to the check-back.
 
     RocketMQ 5.1.1 refuses a producer's own end that arrives after
-    max(immunity, transaction timeout); ending it then could race a check-back.
+    max(immunity, transaction timeout), as this producer does before writing
+    the op: by then a check-back may have answered already, and the relay
+    keeps the first decision for a half, so a late own COMMIT after a ROLLBACK
+    answer would be silently ignored. Refusing it tells the caller instead.
     """

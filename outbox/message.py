@@ -33,16 +33,31 @@ class SendStatus(Enum):
 
 
 class EndStatus(Enum):
-    """What happened to the end step (commit or rollback) of a transaction."""
+    """What happened to the end step (the decision op) of a transaction.
+
+    COMMITTED and ROLLED_BACK mean the decision is durable on the op topic; the
+    checker's relay publishes a committed record from there, so the real topic
+    may show it a moment later.
+    """
 
     COMMITTED = "COMMITTED"
     ROLLED_BACK = "ROLLED_BACK"
+    SENT_ONEWAY = "SENT_ONEWAY"
+    """``end_oneway``: the decision op was handed to the client, not yet acknowledged.
+
+    If it is lost, the failure is logged and the checker resolves the
+    transaction by check-back, as RocketMQ does after ``endTransactionOneway``.
+    """
     LEFT_UNKNOWN = "LEFT_UNKNOWN"
     """The local transaction said UNKNOW: nothing was written, the checker will ask."""
     REFUSED_LATE = "REFUSED_LATE"
     """Too late to end it ourselves (RocketMQ 5.1.1's rule): left to the check-back."""
     FAILED = "FAILED"
-    """Writing the end failed; the error is on the result and the checker will ask."""
+    """Writing the decision op failed or timed out; the error is on the result.
+
+    The checker resolves the transaction by check-back (a timed-out op may also
+    still land, recording the same decision).
+    """
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,9 @@ UNKNOWNS = Counter(
     "outbox_unknowns", "Local transactions or checks that answered UNKNOW.", ["group", "origin"]
 )
 END_FAILURES = Counter(
-    "outbox_end_failures", "Ends that failed or were refused as late.", ["group", "reason"]
+    "outbox_end_failures",
+    "Decision ops that failed, were refused as late, or (oneway) were never delivered.",
+    ["group", "reason"],
 )
 CHECKS_ANSWERED = Counter(
     "outbox_checks_answered", "Check requests answered by the listener.", ["group", "state"]
@@ -27,7 +29,7 @@ CHECKS_DROPPED = Counter(
 )
 END_LATENCY = Histogram(
     "outbox_end_latency_seconds",
-    "From the local transaction's answer to its end being written.",
+    "From the local transaction's answer to its decision op being acknowledged.",
     ["group"],
     buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10),
 )

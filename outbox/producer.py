@@ -2,37 +2,41 @@
 
 The send flow is RocketMQ's (``DefaultMQProducerImpl#sendMessageInTransaction``):
 write the half and wait for its acknowledgement; run the local transaction;
-end it. The end differs in one way that matters: a commit writes the restored
-real record and the op record in one Kafka transaction (shared with other
-threads' ends by :mod:`outbox.group_commit`), so a ``read_committed`` reader
-never sees an event whose outcome is not recorded, nor the reverse.
+write the decision as an op record (COMMIT or ROLLBACK; nothing for UNKNOW).
+Halves and ops go through one idempotent ``acks=all`` producer
+(:mod:`outbox.acked_writer`); there are no Kafka transactions here.
+
+The producer never writes the real record: the checker's relay reads the op
+topic and publishes each committed half exactly once, keeping the first
+decision it sees for a half. So there is one publisher, whether the decision
+came from this send or from a check-back answer, and a crash between the half
+and its op leaves a half the checker resolves by asking.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import os
-import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from contextvars import ContextVar
 from types import TracebackType
 from typing import Any, Protocol, Self
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from pydantic import ValidationError
 
 from outbox import metrics
+from outbox.acked_writer import AckedWriter
 from outbox.admin import TopicSpec, ensure_topics, read_topic_states
 from outbox.check_responder import CheckResponder
 from outbox.config import settings_error
 from outbox.errors import (
     EndTransactionError,
+    HalfWriteError,
     InvalidMessageError,
     KafkaUnavailableError,
     LateEndRefusedError,
@@ -42,8 +46,6 @@ from outbox.errors import (
     TopicAdminError,
     TopicMismatchError,
 )
-from outbox.group_commit import GroupCommitter
-from outbox.half_writer import HalfWriter
 from outbox.message import (
     EndStatus,
     LocalTransactionState,
@@ -55,7 +57,6 @@ from outbox.protocol import (
     CheckRequest,
     HalfRecord,
     OpRecord,
-    OutgoingRecord,
     Resolution,
     half_partition_for,
     new_transaction_id,
@@ -145,8 +146,7 @@ class TransactionProducer:
         self._half_partitions = 0
         self._half_limit_bytes = 0
         self._catalog: TopicCatalog | None = None
-        self._half_writer: HalfWriter | None = None
-        self._committer: GroupCommitter | None = None
+        self._writer: AckedWriter | None = None
         self._responder: CheckResponder | None = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -164,16 +164,7 @@ class TransactionProducer:
         self._inspect_topics(admin, timeout)
         self._catalog = TopicCatalog(admin, timeout)
         try:
-            self._half_writer = HalfWriter(client_config)
-            self._committer = GroupCommitter(
-                client_config,
-                self._transactional_id(),
-                max_batch=self.config.group_commit_max_batch,
-                max_wait_seconds=self.config.group_commit_max_wait_ms / 1000,
-                transaction_timeout_ms=self.config.kafka_transaction_timeout_ms,
-                operation_timeout=max(timeout, self.config.send_timeout_seconds),
-            )
-            self._committer.start()
+            self._writer = AckedWriter(client_config)
             self._responder = CheckResponder(
                 client_config,
                 topic=self.topics.check(self.group),
@@ -223,14 +214,11 @@ class TransactionProducer:
         ensure_topics(admin, [check], timeout=timeout)
         self._half_limit_bytes = TopicCatalog(admin, timeout).get(half).max_message_bytes
 
-    def _transactional_id(self) -> str:
-        instance = self.config.instance_id or (
-            f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        )
-        return f"{self.topics.prefix}.{self.group}.{instance}"
-
     def shutdown(self, timeout: float = 30.0) -> None:
-        """Refuse new sends, finish the ends under way, then close. Idempotent."""
+        """Refuse new sends, finish the ends under way, deliver queued oneway ops, close.
+
+        Idempotent.
+        """
         with self._state_lock:
             if self._closed:
                 return
@@ -248,10 +236,8 @@ class TransactionProducer:
             self._responder.stop(timeout)
         if self._own_executor:
             self._check_executor.shutdown(wait=True)
-        if self._committer is not None:
-            self._committer.close(timeout)
-        if self._half_writer is not None:
-            self._half_writer.close(timeout)
+        if self._writer is not None:
+            self._writer.close(timeout)
 
     def __enter__(self) -> Self:
         return self.start()
@@ -269,11 +255,13 @@ class TransactionProducer:
     def send_message_in_transaction(
         self, message: Message, arg: Any = None
     ) -> TransactionSendResult:
-        """Write the half, run the local transaction, end it; see the module docs.
+        """Write the half, run the local transaction, write its decision op; see the module docs.
 
         Raises on bad input, a producer not started or shut down, or a half
         that was not stored (the local transaction then never runs). A failed
-        end is reported on the result, not raised: the checker will finish it.
+        or late end is reported on the result, not raised: the checker resolves
+        the transaction by check-back. By default the call returns once the op
+        is acknowledged; with ``end_oneway`` right after handing it over.
         """
         _require_listener(self.listener)
         with self._state_lock:
@@ -290,7 +278,7 @@ class TransactionProducer:
                 self._state_lock.notify_all()
 
     def _send(self, message: Message, arg: Any) -> TransactionSendResult:
-        assert self._catalog is not None and self._half_writer is not None
+        assert self._catalog is not None and self._writer is not None
         transaction_id = getattr(message, "transaction_id", None) or new_transaction_id()
         half = build_half(
             message,
@@ -308,12 +296,16 @@ class TransactionProducer:
         check_size(half, min(real.max_message_bytes, self._half_limit_bytes))
         half_partition = half_partition_for(half.key, transaction_id, self._half_partitions)
         record = half.to_record(self.topics, half_partition)
-        _, half_offset = self._half_writer.write(record, self.config.send_timeout_seconds)
+        _, half_offset = self._writer.write(
+            record, self.config.send_timeout_seconds, HalfWriteError
+        )
         metrics.HALVES_WRITTEN.labels(self.group).inc()
         log.debug("half written transaction_id=%s offset=%d", transaction_id, half_offset)
 
         state, local_error = self._run_local_transaction(message, half, arg)
-        end_status, end_error = self._end(half, half_partition, half_offset, state, origin="send")
+        end_status, end_error = self._end(
+            half, half_partition, half_offset, half_offset, state, origin="send"
+        )
         return TransactionSendResult(
             send_status=SendStatus.SEND_OK,
             transaction_id=transaction_id,
@@ -354,19 +346,26 @@ class TransactionProducer:
         half: HalfRecord,
         half_partition: int,
         half_offset: int,
+        origin_offset: int,
         state: LocalTransactionState,
         *,
         origin: str,
     ) -> tuple[EndStatus, BaseException | None]:
-        """Write the outcome of ``half`` (the copy at ``half_offset``), if it has one."""
-        assert self._committer is not None
+        """Write the decision on ``half`` (the copy at ``half_offset``) as an op, if it has one.
+
+        ``origin_offset`` is the half's identity, which the relay keys decisions on.
+        """
+        assert self._writer is not None
         resolution = _RESOLUTIONS.get(state)
         if resolution is None:
             metrics.UNKNOWNS.labels(self.group, origin).inc()
             log.info("transaction left unknown transaction_id=%s", half.transaction_id)
             return EndStatus.LEFT_UNKNOWN, None
-        start_before = None
         if origin == "send":
+            # RocketMQ 5.1.1's rule, checked once before the op is written: past
+            # the window a check may already have answered, and the relay keeps
+            # the first decision, so a late COMMIT after a ROLLBACK answer would
+            # be silently ignored. Refusing it tells the caller instead.
             remaining = self._seconds_left_to_end(half)
             if remaining <= 0:
                 error = LateEndRefusedError(
@@ -376,33 +375,31 @@ class TransactionProducer:
                 metrics.END_FAILURES.labels(self.group, "late").inc()
                 log.warning("late end refused transaction_id=%s", half.transaction_id)
                 return EndStatus.REFUSED_LATE, error
-            start_before = time.monotonic() + remaining
         op = OpRecord(
-            half.transaction_id, self.group, half_partition, half_offset, resolution, self._now_ms()
+            half.transaction_id,
+            self.group,
+            half_partition,
+            half_offset,
+            resolution,
+            self._now_ms(),
+            origin_offset=origin_offset,
         )
-        records: list[OutgoingRecord] = [op.to_record(self.topics)]
-        if resolution is Resolution.COMMIT:
-            records.insert(0, half.to_real_record())
+        record = op.to_record(self.topics)
+        timeout = self.config.send_timeout_seconds
         started = time.monotonic()
         try:
-            request = self._committer.submit(records, start_before)
-            if not request.done.wait(self.config.send_timeout_seconds):
-                raise EndTransactionError(
-                    f"end not confirmed within {self.config.send_timeout_seconds:g}s"
-                )
-            if request.error is not None:
-                raise request.error
-        except (EndTransactionError, ProducerClosedError) as exc:
-            reason = "late" if isinstance(exc, LateEndRefusedError) else "failed"
-            metrics.END_FAILURES.labels(self.group, reason).inc()
+            if origin == "send" and self.config.end_oneway:
+                report = _OnewayReport(self.group, op, origin, started)
+                self._writer.send(record, timeout, EndTransactionError, report)
+                return EndStatus.SENT_ONEWAY, None
+            self._writer.write(record, timeout, EndTransactionError)
+        except EndTransactionError as exc:
+            metrics.END_FAILURES.labels(self.group, "failed").inc()
             log.error("end failed transaction_id=%s error=%s", half.transaction_id, exc)
-            status = EndStatus.REFUSED_LATE if reason == "late" else EndStatus.FAILED
-            return status, exc
-        metrics.END_LATENCY.labels(self.group).observe(time.monotonic() - started)
+            return EndStatus.FAILED, exc
+        _count_end(self.group, resolution, origin, started)
         if resolution is Resolution.COMMIT:
-            metrics.COMMITS.labels(self.group, origin).inc()
             return EndStatus.COMMITTED, None
-        metrics.ROLLBACKS.labels(self.group, origin).inc()
         return EndStatus.ROLLED_BACK, None
 
     def _seconds_left_to_end(self, half: HalfRecord) -> float:
@@ -412,7 +409,11 @@ class TransactionProducer:
         return window - self.config.late_end_margin_seconds - age
 
     def _answer_check(self, request: CheckRequest) -> None:
-        """Run on the check executor: ask the listener, end against the named copy."""
+        """Run on the check executor: ask the listener, write its answer as an op on the copy.
+
+        The op names the copy it answers and the original's offset (the identity
+        the relay keys decisions on); it is always acknowledged, never oneway.
+        """
         half = request.half
         message = Message(
             topic=half.real_topic,
@@ -436,10 +437,46 @@ class TransactionProducer:
             state = LocalTransactionState.UNKNOW
         metrics.CHECKS_ANSWERED.labels(self.group, state.value).inc()
         log.info("check answered transaction_id=%s state=%s", half.transaction_id, state.value)
-        self._end(half, request.half_partition, request.half_offset, state, origin="check")
+        identity = half.identity(request.half_offset)
+        self._end(
+            half, request.half_partition, request.half_offset, identity, state, origin="check"
+        )
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
+
+
+def _count_end(group: str, resolution: Resolution, origin: str, started: float) -> None:
+    metrics.END_LATENCY.labels(group).observe(time.monotonic() - started)
+    counter = metrics.COMMITS if resolution is Resolution.COMMIT else metrics.ROLLBACKS
+    counter.labels(group, origin).inc()
+
+
+class _OnewayReport:
+    """Learns, on the client's thread, whether a oneway op was stored.
+
+    The caller has returned already, so a lost op can only be logged and
+    counted; the half then has no op and the checker resolves it by check-back.
+    """
+
+    __slots__ = ("group", "op", "origin", "started")
+
+    def __init__(self, group: str, op: OpRecord, origin: str, started: float) -> None:
+        self.group = group
+        self.op = op
+        self.origin = origin
+        self.started = started
+
+    def __call__(self, error: KafkaError | None) -> None:
+        if error is None:
+            _count_end(self.group, self.op.resolution, self.origin, self.started)
+            return
+        metrics.END_FAILURES.labels(self.group, "oneway").inc()
+        log.warning(
+            "oneway end not delivered; left to the check-back transaction_id=%s error=%s",
+            self.op.transaction_id,
+            error,
+        )
 
 
 def _settings_from_env() -> ProducerSettings:

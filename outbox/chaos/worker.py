@@ -101,7 +101,6 @@ class Worker:
         self.settings = ProducerSettings(
             bootstrap_servers=config.bootstrap_servers,
             topic_prefix=config.topic_prefix,
-            instance_id=f"producer-{config.worker}",
             kafka_properties=config.kafka_properties,
             start_timeout_seconds=5,
         )

@@ -19,8 +19,6 @@ from outbox import LocalTransactionState, Message, ProducerSettings, Transaction
 GROUP = "crashing"
 BLOCK = "block"
 COMMIT_THEN_BLOCK = "commit-then-block"
-# A killed producer may leave a Kafka transaction open; the broker aborts it after this.
-KAFKA_TRANSACTION_TIMEOUT_MS = 2000
 
 
 def say(line: str) -> None:
@@ -50,11 +48,7 @@ def main(argv: list[str]) -> int:
     if mode not in (BLOCK, COMMIT_THEN_BLOCK):
         print(f"unknown mode {mode!r}", file=sys.stderr)
         return 2
-    settings = ProducerSettings(
-        bootstrap_servers=bootstrap,
-        topic_prefix=prefix,
-        kafka_transaction_timeout_ms=KAFKA_TRANSACTION_TIMEOUT_MS,
-    )
+    settings = ProducerSettings(bootstrap_servers=bootstrap, topic_prefix=prefix)
     producer = TransactionProducer(GROUP, BlockingListener(), settings).start()
     say("STARTED")
     if mode == COMMIT_THEN_BLOCK:

@@ -42,11 +42,11 @@ def test_bad_group_name(group):
 
 def test_settings_from_environment(monkeypatch):
     monkeypatch.setenv("OUTBOX_BOOTSTRAP_SERVERS", "a:1,b:2")
-    monkeypatch.setenv("OUTBOX_GROUP_COMMIT_MAX_BATCH", "7")
+    monkeypatch.setenv("OUTBOX_END_ONEWAY", "true")
     monkeypatch.setenv("OUTBOX_KAFKA_PROPERTIES", '{"sasl.password": "hunter2"}')
     producer = TransactionProducer("g", ScriptedListener())
     assert producer.config.bootstrap_servers == "a:1,b:2"
-    assert producer.config.group_commit_max_batch == 7
+    assert producer.config.end_oneway is True
     assert producer.config.client_config()["sasl.password"] == "hunter2"
     assert "hunter2" not in repr(producer.config)
     assert "hunter2" not in str(producer.config)
@@ -59,6 +59,13 @@ def test_missing_or_bad_settings_name_the_variable(monkeypatch):
     monkeypatch.setenv("OUTBOX_BOOTSTRAP_SERVERS", "h:1")
     monkeypatch.setenv("OUTBOX_CHECK_THREADS", "0")
     with pytest.raises(ConfigurationError, match="OUTBOX_CHECK_THREADS"):
+        TransactionProducer("g", ScriptedListener())
+
+
+def test_bad_end_oneway_names_the_variable(monkeypatch):
+    monkeypatch.setenv("OUTBOX_BOOTSTRAP_SERVERS", "h:1")
+    monkeypatch.setenv("OUTBOX_END_ONEWAY", "maybe")
+    with pytest.raises(ConfigurationError, match="OUTBOX_END_ONEWAY"):
         TransactionProducer("g", ScriptedListener())
 
 

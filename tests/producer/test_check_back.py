@@ -1,4 +1,8 @@
-"""Check requests, as the checker writes them, answered by a real producer."""
+"""Check requests, as the checker writes them, answered by a real producer.
+
+An answer is a decision op naming the copy it was asked about and the
+original half's offset (its identity); the producer never writes the real topic.
+"""
 
 from __future__ import annotations
 
@@ -20,7 +24,6 @@ from outbox.protocol import (
     HalfRecord,
     OpRecord,
     OutgoingRecord,
-    RealRecord,
     Resolution,
 )
 from tests.producer.conftest import OutboxTopics, ScriptedListener
@@ -46,9 +49,9 @@ def produce(topics: OutboxTopics, *records) -> list[tuple[int, int]]:
 
 
 def put_back_and_ask(topics: OutboxTopics, requested_ms: int | None = None) -> CheckRequest:
-    """What one checker round does for the only pending half: copy it, then ask."""
-    (half_raw,) = topics.read(topics.names.half)
-    copy = HalfRecord.from_record(half_raw).put_back()
+    """What one checker round does for the only pending half: copy its latest copy, then ask."""
+    half_raw = topics.read(topics.names.half)[-1]
+    copy = HalfRecord.from_record(half_raw).put_back(half_raw.offset, half_raw.timestamp_ms)
     ((_, copy_offset),) = produce(topics, copy.to_record(topics.names, half_raw.partition))
     request = CheckRequest(
         copy, half_raw.partition, copy_offset, requested_ms or int(time.time() * 1000)
@@ -92,17 +95,8 @@ def test_check_answer_ends_the_named_copy(
     assert (op.transaction_id, op.resolution) == (sent.transaction_id, resolution)
     assert (op.half_partition, op.half_offset) == (request.half_partition, request.half_offset)
     assert op.half_offset != sent.half_offset  # the put-back copy, not the original
-    real = outbox_topics.read(outbox_topics.real_topic)
-    if resolution is Resolution.COMMIT:
-        (real_raw,) = real
-        record = RealRecord.from_record(real_raw)
-        assert (record.transaction_id, record.key, record.value) == (
-            sent.transaction_id,
-            b"k",
-            b"payload",
-        )
-    else:
-        assert real == []
+    assert op.origin_offset == sent.half_offset  # ...and the identity of the original
+    assert outbox_topics.read(outbox_topics.real_topic, "read_uncommitted") == []
     # Asked exactly once, with the message reconstructed from the request.
     (checked,) = listener.checked
     assert (checked.topic, checked.key, checked.value) == (
@@ -113,6 +107,23 @@ def test_check_answer_ends_the_named_copy(
     assert list(checked.headers) == [("h", b"1")]
     assert checked.transaction_id == sent.transaction_id
     assert checked.check_times == 1
+
+
+def test_answer_to_a_copy_of_a_copy_names_the_original(producer, outbox_topics, listener):
+    answers = iter([UNKNOW, LocalTransactionState.COMMIT_MESSAGE])
+    listener.check_answer = lambda message: next(answers)
+    sent = producer.send_message_in_transaction(Message(outbox_topics.real_topic, b"v"), UNKNOW)
+    first = put_back_and_ask(outbox_topics)
+    assert listener.check_called.wait(30)
+    second = put_back_and_ask(outbox_topics)
+
+    wait_for(lambda: len(ops_of(outbox_topics)) == 1)
+    (op,) = ops_of(outbox_topics)
+    assert second.half.check_times == 2
+    assert first.half_offset < second.half_offset
+    assert (op.resolution, op.half_offset) == (Resolution.COMMIT, second.half_offset)
+    assert op.origin_offset == second.half.origin_offset == sent.half_offset
+    assert outbox_topics.read(outbox_topics.real_topic, "read_uncommitted") == []
 
 
 def test_unknown_check_answer_and_listener_errors_write_nothing(producer, outbox_topics, listener):
@@ -214,6 +225,7 @@ def test_late_own_end_is_refused_and_left_to_the_check(outbox_topics):
     assert result.end_status is EndStatus.REFUSED_LATE
     assert isinstance(result.end_error, LateEndRefusedError)
     assert on_time.end_status is EndStatus.COMMITTED
+    # Refused before the op is written: only the on-time send has a decision.
     assert [o.transaction_id for o in ops_of(outbox_topics)] == [on_time.transaction_id]
 
 

@@ -1,4 +1,9 @@
-"""Many threads, one PostgreSQL, one broker: events and committed rows match one to one."""
+"""Many threads, one PostgreSQL, one broker: decisions and committed rows match one to one.
+
+The producer's promise is the decision op: exactly one COMMIT op per committed
+row and one ROLLBACK op per declined one (the checker's relay turns COMMIT ops
+into events; the producer itself writes none).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from outbox import EndStatus, LocalTransactionState, Message, TransactionProducer
-from outbox.protocol import RealRecord
+from outbox.protocol import OpRecord, Resolution
 from tests.sql.conftest import GROUP, Database, OutboxTopics
 
 pytestmark = pytest.mark.kafka
@@ -22,7 +27,7 @@ class Declined(Exception):
 
 
 @pytest.mark.postgres
-def test_eight_threads_every_committed_row_has_exactly_one_event(
+def test_eight_threads_every_committed_row_has_exactly_one_commit_op(
     pg_database: Database, outbox_topics: OutboxTopics
 ):
     database = pg_database
@@ -68,15 +73,11 @@ def test_eight_threads_every_committed_row_has_exactly_one_event(
     orders = database.order_rows()
     assert set(orders.values()) == committed
     assert set(database.log_rows()) == committed
-    events = Counter(
-        RealRecord.from_record(r).transaction_id
-        for r in outbox_topics.read(outbox_topics.real_topic)
-    )
-    duplicated = {tid: n for tid, n in events.items() if n != 1}
+    ops = [OpRecord.from_record(r) for r in outbox_topics.read(outbox_topics.names.op)]
+    decisions = Counter(op.transaction_id for op in ops)
+    duplicated = {tid: n for tid, n in decisions.items() if n != 1}
     assert duplicated == {}
-    assert set(events) == committed  # every committed row has its event, no event without one
-    uncommitted = Counter(
-        RealRecord.from_record(r).transaction_id
-        for r in outbox_topics.read(outbox_topics.real_topic, "read_uncommitted")
-    )
-    assert set(uncommitted) == committed
+    commits = {op.transaction_id for op in ops if op.resolution is Resolution.COMMIT}
+    assert commits == committed  # every committed row has its commit, no commit without one
+    assert set(decisions) - commits == declined
+    assert outbox_topics.read(outbox_topics.real_topic, "read_uncommitted") == []
