@@ -7,6 +7,7 @@ command line run it as a subprocess and pay for their own JVM; they are few.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -21,8 +22,10 @@ from pyspark.sql import Row, SparkSession
 from outbox import LocalTransactionState, Message, ProducerSettings, TransactionProducer
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
 from outbox.protocol import Header, TopicNames
+from outbox.reading import read_topic
 from spark_sink.session import create_session
 from spark_sink.settings import SinkSettings
+from tests.fixtures.relay import running_relay
 
 REAL_PARTITIONS = 2
 GROUP = "orders"
@@ -82,18 +85,33 @@ class SinkTopics:
         return ProducerSettings(bootstrap_servers=self.bootstrap, topic_prefix=self.names.prefix)
 
     def send(self, count: int, state: LocalTransactionState, prefix: str = "event") -> list[str]:
-        """``count`` transactional sends through the real producer; returns their ids."""
+        """``count`` transactional sends through the real producer; returns their ids.
+
+        The checker's relay runs meanwhile, as in a deployment, and the call returns
+        once every commit is on the real topic.
+        """
         ids = []
-        with TransactionProducer(GROUP, CommitOrRollback(), self.producer_settings) as producer:
-            for i in range(count):
-                value = f"{prefix}-{i}-{uuid.uuid4().hex[:6]}".encode()
-                result = producer.send_message_in_transaction(
-                    Message(self.real_topic, value, key=f"k{i}"), arg=state
-                )
-                ids.append(result.transaction_id)
-                if state is LocalTransactionState.COMMIT_MESSAGE:
-                    self.sent[result.transaction_id] = value
+        config = {"bootstrap.servers": self.bootstrap}
+        with running_relay(config, self.names):
+            with TransactionProducer(GROUP, CommitOrRollback(), self.producer_settings) as sender:
+                for i in range(count):
+                    value = f"{prefix}-{i}-{uuid.uuid4().hex[:6]}".encode()
+                    result = sender.send_message_in_transaction(
+                        Message(self.real_topic, value, key=f"k{i}"), arg=state
+                    )
+                    ids.append(result.transaction_id)
+                    if state is LocalTransactionState.COMMIT_MESSAGE:
+                        self.sent[result.transaction_id] = value
+            deadline = time.monotonic() + 60
+            while not set(self.sent) <= self.published():
+                assert time.monotonic() < deadline, "the relay did not publish every commit"
+                time.sleep(0.2)
         return ids
+
+    def published(self) -> set[str]:
+        """Transaction ids on the real topic now."""
+        records = read_topic({"bootstrap.servers": self.bootstrap}, self.real_topic, timeout=60)
+        return {r.header_text(Header.TRANSACTION_ID.value) or "" for r in records}
 
     def publish(
         self,

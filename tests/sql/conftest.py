@@ -23,9 +23,9 @@ from outbox import LocalTransactionState, Message
 from outbox.producer import _local_errors
 from outbox.sql import LogTarget, SqlTransactionListener, create_engine, downgrade, upgrade
 from outbox.sql.log import transaction_log_table
-from tests.producer.conftest import OutboxTopics, outbox_topics
+from tests.producer.conftest import OutboxTopics, outbox_topics, relay
 
-__all__ = ["OutboxTopics", "outbox_topics"]  # the Kafka fixture, for the producer tests here
+__all__ = ["OutboxTopics", "outbox_topics", "relay"]  # Kafka fixtures, for the producer tests here
 
 GROUP = "orders"
 

@@ -18,7 +18,7 @@ def events(topics: OutboxTopics, isolation: str = "read_committed") -> list[Real
     return [RealRecord.from_record(r) for r in topics.read(topics.real_topic, isolation)]
 
 
-def test_commit_publishes_the_event_with_both_rows(database: Database, outbox_topics):
+def test_commit_publishes_the_event_with_both_rows(database: Database, outbox_topics, relay):
     with TransactionProducer(GROUP, database.listener(), outbox_topics.settings()) as producer:
         result = producer.send_message_in_transaction(
             Message(outbox_topics.real_topic, b'{"id": "o-1"}', key="o-1"), {"id": "o-1"}
@@ -27,6 +27,7 @@ def test_commit_publishes_the_event_with_both_rows(database: Database, outbox_to
     assert (result.end_status, result.local_transaction_error) == (EndStatus.COMMITTED, None)
     assert database.order_rows() == {"o-1": result.transaction_id}
     assert set(database.log_rows()) == {result.transaction_id}
+    wait_for(lambda: len(events(outbox_topics)) == 1)  # published by the checker's relay
     (event,) = events(outbox_topics)
     assert (event.transaction_id, event.key) == (result.transaction_id, b"o-1")
 
@@ -52,7 +53,7 @@ def test_exception_rolls_back_keeps_the_error_and_publishes_nothing(
 @pytest.mark.postgres
 @pytest.mark.parametrize("committed", [True, False], ids=["committed", "never-committed"])
 def test_check_back_is_answered_from_the_database(
-    pg_database: Database, outbox_topics, committed: bool
+    pg_database: Database, outbox_topics, relay, committed: bool
 ):
     """The end never arrived (as if the process died): the check-back reads the log table."""
     database = pg_database
@@ -84,6 +85,7 @@ def test_check_back_is_answered_from_the_database(
     assert op.transaction_id == sent.transaction_id
     if committed:
         assert op.resolution is Resolution.COMMIT
+        wait_for(lambda: len(events(outbox_topics)) == 1)
         assert [e.transaction_id for e in events(outbox_topics)] == [sent.transaction_id]
         assert database.order_rows() == {"o-1": sent.transaction_id}
     else:
