@@ -33,6 +33,8 @@ class ProducerProcess:
         self.earlier_sent = 0
         self._sent = 0
         self._ready = threading.Event()
+        self.answering = threading.Event()
+        """Set when the armed process announces it is inside a check-back answer."""
         self.process: subprocess.Popen[str] | None = None
 
     @property
@@ -48,6 +50,7 @@ class ProducerProcess:
         self.incarnation += 1
         self._sent = 0
         self._ready.clear()
+        self.answering.clear()
         config = replace(self.config, incarnation=self.incarnation)
         log = (self.log_dir / f"producer-{config.worker}.{self.incarnation}.log").open("w")
         self.process = subprocess.Popen(
@@ -72,6 +75,8 @@ class ProducerProcess:
                 self._ready.set()
             elif words[:1] == ["SENT"] and process is self.process:
                 self._sent = int(words[1])
+            elif words[:1] == ["CHECKING"] and process is self.process:
+                self.answering.set()
 
     def kill(self) -> None:
         if self.process is not None:
@@ -82,6 +87,14 @@ class ProducerProcess:
 
     def stop_sending(self) -> None:
         self._command("stop\n")
+
+    def arm_check(self) -> None:
+        """Have the next check-back this process answers announce itself and pause."""
+        self.answering.clear()
+        self._command("arm-check\n")
+
+    def disarm_check(self) -> None:
+        self._command("disarm-check\n")
 
     def finish(self, timeout: float) -> None:
         """Close stdin (the process shuts its producer down and exits), then wait."""
