@@ -35,6 +35,7 @@ class ProducerProcess:
         self._ready = threading.Event()
         self.answering = threading.Event()
         """Set when the armed process announces it is inside a check-back answer."""
+        self._armed = False
         self.process: subprocess.Popen[str] | None = None
 
     @property
@@ -63,6 +64,8 @@ class ProducerProcess:
         )
         log.close()
         threading.Thread(target=self._read_reports, args=(self.process,), daemon=True).start()
+        if self._armed:  # killed by another fault while armed: the next incarnation is armed
+            self._command("arm-check\n")
 
     def wait_ready(self, timeout: float) -> bool:
         return self._ready.wait(timeout)
@@ -89,11 +92,13 @@ class ProducerProcess:
         self._command("stop\n")
 
     def arm_check(self) -> None:
-        """Have the next check-back this process answers announce itself and pause."""
+        """Have the next check-back this slot answers announce itself and pause."""
+        self._armed = True
         self.answering.clear()
         self._command("arm-check\n")
 
     def disarm_check(self) -> None:
+        self._armed = False
         self._command("disarm-check\n")
 
     def finish(self, timeout: float) -> None:
