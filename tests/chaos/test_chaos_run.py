@@ -1,6 +1,6 @@
 """The shortened chaos run: every fault kind once, real processes, every invariant holds.
 
-``make chaos`` runs the full size (10 000 transactions, 10 faults); this is the
+``make chaos`` runs the full size (10 000 transactions, 12 faults); this is the
 same controller with fewer transactions and one fault of each kind, so that
 ``make test`` proves on every change that a producer (also one caught answering a
 check-back), a checker replica, every checker replica at once and the broker can
