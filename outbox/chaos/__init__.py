@@ -1,11 +1,12 @@
 """``outbox chaos``: the whole pipeline under seeded faults, then every invariant checked.
 
 Producer processes write orders to PostgreSQL through the SQL listener while
-two checker replicas and the Spark sink run; a controller kills producers and
-checker replicas with SIGKILL and stops or kills the Kafka broker at seeded
-moments. After the faults stop and the checker settles, the verdict is taken
-from the database and the topics: every committed order is in the sink exactly
-once, no rolled-back one is visible anywhere, no half is left pending.
+two checker replicas and the Spark sink run; a controller kills producers (one
+of them while it answers a check-back), one or every checker replica with
+SIGKILL and stops or kills the Kafka broker at seeded moments. After the faults
+stop and the checker settles, the verdict is taken from the database and the
+topics: every committed order is in the sink exactly once and on its real topic
+exactly once, no rolled-back one is visible anywhere, no half is left pending.
 
 Modules: :mod:`~outbox.chaos.plan` (the seeded fault schedule),
 :mod:`~outbox.chaos.worker` (a producer process), :mod:`~outbox.chaos.verdict`

@@ -23,11 +23,24 @@ class FaultKind(StrEnum):
     KILL_CHECKER = "kill -9 checker"
     STOP_BROKER = "stop broker"
     KILL_BROKER = "kill -9 broker"
+    KILL_ALL_CHECKERS = "kill -9 all checkers"
+    """Every checker replica at once: publication pauses, nothing may be lost."""
+    KILL_ANSWERING_PRODUCER = "kill -9 answering producer"
+    """A producer caught inside ``check_local_transaction``, before its answer is written."""
 
     @property
     def verb(self) -> str:
         """What is done to the target: ``kill -9`` or ``stop``."""
-        return self.value.rsplit(" ", 1)[0]
+        return "stop" if self is FaultKind.STOP_BROKER else "kill -9"
+
+    @property
+    def has_target(self) -> bool:
+        """Whether the fault picks one process (``#n``) rather than a whole role."""
+        return self in (
+            FaultKind.KILL_PRODUCER,
+            FaultKind.KILL_CHECKER,
+            FaultKind.KILL_ANSWERING_PRODUCER,
+        )
 
 
 @dataclass(frozen=True)
@@ -36,16 +49,12 @@ class Fault:
     """Fires once this share of the run's transactions has been sent."""
     kind: FaultKind
     target: int
-    """Producer or checker index; 0 for the broker."""
+    """Producer or checker index; 0 for the broker and for all checkers."""
     down_seconds: float
     """How long the target stays down before the controller starts it again."""
 
     def describe(self) -> str:
-        target = (
-            ""
-            if self.kind in (FaultKind.STOP_BROKER, FaultKind.KILL_BROKER)
-            else (f" #{self.target}")
-        )
+        target = f" #{self.target}" if self.kind.has_target else ""
         return f"{self.kind}{target}, down {self.down_seconds:.1f}s"
 
 
@@ -57,8 +66,14 @@ def fault_plan(
     producer_kills: int,
     checker_kills: int,
     broker_restarts: int,
+    answering_producer_kills: int,
+    checker_outages: int,
 ) -> list[Fault]:
-    """The faults of one run, in firing order; the same arguments give the same plan."""
+    """The faults of one run, in firing order; the same arguments give the same plan.
+
+    Kinds are drawn in a fixed order, newer kinds last, so adding a kind leaves
+    the earlier faults of a seed where they were.
+    """
     rng = random.Random(seed)
 
     def moment() -> float:
@@ -77,5 +92,18 @@ def fault_plan(
     faults += [
         Fault(moment(), broker_kinds[(first_kind + n) % 2], 0, rng.uniform(1.0, 6.0))
         for n in range(broker_restarts)
+    ]
+    faults += [
+        Fault(
+            moment(),
+            FaultKind.KILL_ANSWERING_PRODUCER,
+            rng.randrange(producers),
+            rng.uniform(0.2, 3.0),
+        )
+        for _ in range(answering_producer_kills)
+    ]
+    faults += [
+        Fault(moment(), FaultKind.KILL_ALL_CHECKERS, 0, rng.uniform(10.0, 20.0))
+        for _ in range(checker_outages)
     ]
     return sorted(faults, key=lambda fault: fault.at_share)

@@ -33,6 +33,9 @@ class ProducerProcess:
         self.earlier_sent = 0
         self._sent = 0
         self._ready = threading.Event()
+        self.answering = threading.Event()
+        """Set when the armed process announces it is inside a check-back answer."""
+        self._armed = False
         self.process: subprocess.Popen[str] | None = None
 
     @property
@@ -48,6 +51,7 @@ class ProducerProcess:
         self.incarnation += 1
         self._sent = 0
         self._ready.clear()
+        self.answering.clear()
         config = replace(self.config, incarnation=self.incarnation)
         log = (self.log_dir / f"producer-{config.worker}.{self.incarnation}.log").open("w")
         self.process = subprocess.Popen(
@@ -60,6 +64,8 @@ class ProducerProcess:
         )
         log.close()
         threading.Thread(target=self._read_reports, args=(self.process,), daemon=True).start()
+        if self._armed:  # killed by another fault while armed: the next incarnation is armed
+            self._command("arm-check\n")
 
     def wait_ready(self, timeout: float) -> bool:
         return self._ready.wait(timeout)
@@ -72,6 +78,8 @@ class ProducerProcess:
                 self._ready.set()
             elif words[:1] == ["SENT"] and process is self.process:
                 self._sent = int(words[1])
+            elif words[:1] == ["CHECKING"] and process is self.process:
+                self.answering.set()
 
     def kill(self) -> None:
         if self.process is not None:
@@ -82,6 +90,16 @@ class ProducerProcess:
 
     def stop_sending(self) -> None:
         self._command("stop\n")
+
+    def arm_check(self) -> None:
+        """Have the next check-back this slot answers announce itself and pause."""
+        self._armed = True
+        self.answering.clear()
+        self._command("arm-check\n")
+
+    def disarm_check(self) -> None:
+        self._armed = False
+        self._command("disarm-check\n")
 
     def finish(self, timeout: float) -> None:
         """Close stdin (the process shuts its producer down and exits), then wait."""

@@ -23,7 +23,7 @@ import shutil
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,19 +57,36 @@ GRACE_SECONDS = 20.0
 The checker asks every CHECK_INTERVAL for CHECK_MAX rounds, well past it."""
 CHECK_INTERVAL_SECONDS = 2.0
 TICK_SECONDS = 0.2
+CHECK_WAIT_SECONDS = 60.0
+"""How long an armed producer may take to receive a check-back before the fault gives up
+(recorded as ``no check seen``). A half is only checked once past the transaction timeout
+and a checker outage can delay the first round; with 2 % of orders answering UNKNOW the
+checks then come within seconds. With --resolve-from-db no producer is ever asked."""
 
 
 @dataclass
 class FaultEvent:
-    """A fault as it happened: when, what, and when its target came back."""
+    """A fault as it happened: when, what, and when its targets came back."""
 
     fault: Fault
     at_seconds: float
     target: str
     restart_at: float
-    process: ProducerProcess | CheckerProcess | None
-    """The killed process, started again when its down time is over; ``None``: the broker."""
+    processes: Sequence[ProducerProcess | CheckerProcess] = ()
+    """The killed processes, started again when the down time is over."""
+    broker: bool = False
+    outcome: str | None = None
+    """Set when the fault could not strike (nothing went down), e.g. ``no check seen``."""
     back_after: float | None = None
+
+
+@dataclass
+class ArmedCheck:
+    """A producer told to pause in its next check-back answer, to be killed there."""
+
+    fault: Fault
+    producer: int
+    deadline: float
 
 
 @dataclass
@@ -80,6 +97,9 @@ class Cluster:
     checkers: list[CheckerProcess]
     producers: list[ProducerProcess]
     events: list[FaultEvent] = field(default_factory=list)
+    armed: list[ArmedCheck] = field(default_factory=list)
+    producers_answer_checks: bool = True
+    """False with --resolve-from-db: the checker reads the transaction log instead."""
     started: float = field(default_factory=time.monotonic)
 
     @property
@@ -136,32 +156,102 @@ def _checker_env(bootstrap: str, database_url: str | None) -> dict[str, str]:
 
 
 def _fire(cluster: Cluster, fault: Fault, console: Console) -> None:
-    now = time.monotonic()
-    process: ProducerProcess | CheckerProcess | None = None  # None: the broker
-    if fault.kind in (FaultKind.KILL_PRODUCER, FaultKind.KILL_CHECKER):
-        role, slots = (
-            ("producer", cluster.producers)
-            if fault.kind is FaultKind.KILL_PRODUCER
-            else ("checker", cluster.checkers)
-        )
-        target = _first_alive(slots, fault.target)
-        if target is None:
-            console.print(f"    [yellow]skipped[/] {fault.describe()}: no {role} is up")
-            return
-        process = slots[target]
-        process.kill()
-        name = f"{role} {target}"
-    else:
+    if fault.kind in (FaultKind.STOP_BROKER, FaultKind.KILL_BROKER):
         if fault.kind is FaultKind.STOP_BROKER:
             cluster.kafka.stop()
         else:
             cluster.kafka.kill()
-        name = "broker"
-    event = FaultEvent(fault, cluster.elapsed(), name, now + fault.down_seconds, process)
+        _record(cluster, fault, "broker", [], console, broker=True)
+        return
+    if fault.kind is FaultKind.KILL_ALL_CHECKERS:
+        if not any(checker.alive for checker in cluster.checkers):
+            console.print(f"    [yellow]skipped[/] {fault.describe()}: no checker is up")
+            return
+        for checker in cluster.checkers:
+            if checker.alive:
+                checker.kill()
+        _record(cluster, fault, "all checkers", cluster.checkers, console)
+        return
+    role, slots = (
+        ("checker", cluster.checkers)
+        if fault.kind is FaultKind.KILL_CHECKER
+        else ("producer", cluster.producers)
+    )
+    target = _first_alive(slots, fault.target)
+    if target is None:
+        console.print(f"    [yellow]skipped[/] {fault.describe()}: no {role} is up")
+        return
+    if fault.kind is FaultKind.KILL_ANSWERING_PRODUCER:
+        if not cluster.producers_answer_checks:
+            _record_miss(
+                cluster, fault, target, "no check asked (answered from the database)", console
+            )
+            return
+        cluster.producers[target].arm_check()
+        cluster.armed.append(ArmedCheck(fault, target, time.monotonic() + CHECK_WAIT_SECONDS))
+        console.print(
+            f"    [red]{cluster.elapsed():6.1f}s[/] armed producer {target}: kill -9 once it "
+            f"answers a check (waiting up to {CHECK_WAIT_SECONDS:.0f}s)",
+            highlight=False,
+        )
+        return
+    slots[target].kill()
+    _record(cluster, fault, f"{role} {target}", [slots[target]], console)
+
+
+def _strike_armed(cluster: Cluster, console: Console) -> None:
+    """Kill each armed producer caught answering a check; give up on those past their wait."""
+    for armed in list(cluster.armed):
+        producer = cluster.producers[armed.producer]
+        if producer.answering.is_set() and producer.alive:
+            producer.kill()
+            producer.disarm_check()  # its next incarnation answers normally
+            _record(
+                cluster,
+                armed.fault,
+                f"producer {armed.producer}",
+                [producer],
+                console,
+                detail=" while it answered a check",
+            )
+        elif time.monotonic() >= armed.deadline:
+            producer.disarm_check()
+            _record_miss(cluster, armed.fault, armed.producer, "no check seen", console)
+        else:
+            continue
+        cluster.armed.remove(armed)
+
+
+def _record_miss(
+    cluster: Cluster, fault: Fault, producer: int, outcome: str, console: Console
+) -> None:
+    """Log a fault that found nothing to strike: the run goes on, the table says why."""
+    name = f"producer {producer}"
+    event = FaultEvent(fault, cluster.elapsed(), name, time.monotonic(), outcome=outcome)
     cluster.events.append(event)
     console.print(
-        f"    [red]{event.at_seconds:6.1f}s[/] {fault.kind.verb} {name} at {cluster.sent} "
-        f"transactions, back in {fault.down_seconds:.1f}s",
+        f"    [yellow]{event.at_seconds:6.1f}s[/] {fault.kind} {name}: {outcome}, nothing killed",
+        highlight=False,
+    )
+
+
+def _record(
+    cluster: Cluster,
+    fault: Fault,
+    name: str,
+    processes: Sequence[ProducerProcess | CheckerProcess],
+    console: Console,
+    *,
+    broker: bool = False,
+    detail: str = "",
+) -> None:
+    """Log a fault that struck; its targets come back after its down time."""
+    restart_at = time.monotonic() + fault.down_seconds
+    event = FaultEvent(fault, cluster.elapsed(), name, restart_at, processes, broker)
+    cluster.events.append(event)
+    console.print(
+        f"    [red]{event.at_seconds:6.1f}s[/] {fault.kind.verb} {name}{detail} at "
+        f"{cluster.sent} transactions, back in {fault.down_seconds:.1f}s",
         highlight=False,
     )
 
@@ -179,12 +269,15 @@ def _restart_due(cluster: Cluster, console: Console, *, all_now: bool = False) -
     """Bring back every target whose down time is over (or all of them)."""
     now = time.monotonic()
     for event in cluster.events:
-        if event.back_after is not None or (now < event.restart_at and not all_now):
+        if event.back_after is not None or event.outcome is not None:
             continue
-        if event.process is None:
+        if now < event.restart_at and not all_now:
+            continue
+        if event.broker:
             cluster.kafka.start()
-        elif not event.process.alive:
-            event.process.start()
+        for process in event.processes:
+            if not process.alive:
+                process.start()
         event.back_after = time.monotonic() - (event.restart_at - event.fault.down_seconds)
         console.print(
             f"    [green]{cluster.elapsed():6.1f}s[/] {event.target} back "
@@ -212,9 +305,10 @@ def _send_with_faults(
     )
     with Progress(*columns, console=console) as progress:
         task = progress.add_task("sent", total=settings.transactions)
-        while cluster.sent < settings.transactions or queue:
+        while cluster.sent < settings.transactions or queue or cluster.armed:
             while queue and cluster.sent >= queue[0].at_share * settings.transactions:
                 _fire(cluster, queue.pop(0), console)
+            _strike_armed(cluster, console)
             _restart_due(cluster, console)
             on_tick()
             progress.update(task, completed=min(cluster.sent, settings.transactions))
@@ -325,6 +419,8 @@ def run(console: Console, settings: ChaosSettings) -> int:
         producer_kills=settings.producer_kills,
         checker_kills=settings.checker_kills,
         broker_restarts=settings.broker_restarts,
+        answering_producer_kills=settings.answering_producer_kills,
+        checker_outages=settings.checker_outages,
     )
     _step(console, f"seed {settings.seed}: {len(faults)} faults planned")
     for fault in faults:
@@ -364,6 +460,7 @@ def run(console: Console, settings: ChaosSettings) -> int:
                 ProducerProcess(_worker_config(settings, bootstrap, postgres.url, i), logs)
                 for i in range(settings.producers)
             ],
+            producers_answer_checks=not settings.resolve_from_db,
         )
         sink = Sink(bootstrap, work)
         try:
@@ -438,7 +535,7 @@ def _report(
             f"{event.at_seconds:.1f}s",
             str(event.fault.kind),
             event.target,
-            f"{event.back_after:.1f}s" if event.back_after is not None else "-",
+            event.outcome or (f"{event.back_after:.1f}s" if event.back_after is not None else "-"),
         )
     console.print(faults)
     table = Table(title=f"chaos run, seed {verdict.seed} ({seconds:.0f}s)")

@@ -25,6 +25,17 @@ class ChaosSettings(BaseSettings):
     broker_restarts: int = Field(
         2, ge=0, description="broker outages (alternately a clean stop and a SIGKILL)"
     )
+    checker_outages: int = Field(
+        1,
+        ge=0,
+        description="SIGKILLs of every checker replica at once, down 10-20 s (publication pauses)",
+    )
+    answering_producer_kills: int = Field(
+        1,
+        ge=0,
+        description="SIGKILLs of a producer caught answering a check-back"
+        " (recorded as 'no check seen' if none arrives in time)",
+    )
     rollback_share: float = Field(
         0.15, ge=0, le=1, description="orders a business rule refuses (local rollback)"
     )

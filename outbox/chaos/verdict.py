@@ -30,10 +30,6 @@ from outbox.reading import read_topic
 class TopicState:
     """Everything the outbox topics of the run hold, decoded."""
 
-    originals: dict[tuple[int, int], str] = field(default_factory=dict)
-    """(partition, offset) of every half as its producer wrote it (not a checker copy)."""
-    copies: set[tuple[int, int]] = field(default_factory=set)
-    """(partition, offset) of the checker's put-back copies."""
     transactions: set[str] = field(default_factory=set)
     ops: list[OpRecord] = field(default_factory=list)
     discarded: set[str] = field(default_factory=set)
@@ -57,13 +53,9 @@ def read_topic_state(bootstrap: str, topics: TopicNames, real_topics: Iterable[s
     def records(topic: str) -> list[RawRecord]:
         return read_topic(client, topic, timeout=120)
 
-    for raw in records(topics.half):
-        half = HalfRecord.from_record(raw)
-        state.transactions.add(half.transaction_id)
-        if half.check_times == 0:
-            state.originals[(raw.partition, raw.offset)] = half.transaction_id
-        else:
-            state.copies.add((raw.partition, raw.offset))
+    state.transactions = {
+        HalfRecord.from_record(raw).transaction_id for raw in records(topics.half)
+    }
     state.ops = [OpRecord.from_record(raw) for raw in records(topics.op)]
     for raw in records(topics.discard):
         if raw.kind() is RecordKind.DISCARD:
@@ -74,27 +66,29 @@ def read_topic_state(bootstrap: str, topics: TopicNames, real_topics: Iterable[s
 
 
 def duplicate_causes(state: TopicState) -> Counter[str]:
-    """Why each extra copy of an event reached the real topic, from the ops that wrote it.
+    """Which half identities reached the real topic more than once, from their commit ops.
 
-    A commit is written with its op in one Kafka transaction, and the op names
-    the half it answers: the producer's own end names the original half, a
-    check-back answer names the put-back copy the checker asked about.
+    The relay is the only publisher: it publishes a half's first commit once,
+    keyed by the half's identity (partition, origin offset), which every op
+    names. An extra copy means it published one identity twice, or that one
+    transaction id had several halves and each was committed.
     """
-    commits: dict[str, list[str]] = {}
+    committed: dict[str, set[tuple[int, int]]] = {}
     for op in state.ops:
         if op.resolution is Resolution.COMMIT and state.real[op.transaction_id] > 1:
-            where = (op.half_partition, op.half_offset)
-            origin = "end" if where in state.originals else "check-back"
-            commits.setdefault(op.transaction_id, []).append(origin)
+            committed.setdefault(op.transaction_id, set()).add((op.half_partition, op.identity))
     causes: Counter[str] = Counter()
-    for transaction_id, origins in commits.items():
-        extra = state.real[transaction_id] - 1
-        if "end" in origins and "check-back" in origins:
-            causes["a check-back answered before the producer's own end was read"] += extra
-        elif origins.count("check-back") > 1:
-            causes["two check-backs of one transaction both answered"] += extra
+    for transaction_id, count in state.real.items():
+        if count < 2:
+            continue
+        halves = ", ".join(f"{p}:{o}" for p, o in sorted(committed.get(transaction_id, ())))
+        if not halves:
+            cause = "published with no commit op"
+        elif "," in halves:
+            cause = f"halves {halves} of one transaction each committed"
         else:
-            causes[f"other ({', '.join(sorted(origins))})"] += extra
+            cause = f"half {halves} published more than once"
+        causes[cause] += count - 1
     return causes
 
 
@@ -121,7 +115,11 @@ class Verdict:
             "duplicate rows in the sink": self.duplicates_in_sink,
             "halves still pending": self.pending,
         }
-        return [f"{count} {what}" for what, count in problems.items() if count]
+        failures = [f"{count} {what}" for what, count in problems.items() if count]
+        if self.raw_duplicates:
+            causes = "; ".join(f"{cause}: {n}" for cause, n in self.causes.most_common())
+            failures.append(f"{self.raw_duplicates} raw duplicates on the real topic ({causes})")
+        return failures
 
     def line(self) -> str:
         return (

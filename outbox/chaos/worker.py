@@ -7,6 +7,11 @@ closes, because the checker still needs a live producer of the group to settle
 what the killed ones left behind. Every half-second it prints one line,
 ``SENT <stored halves> <committed> <rolled back> <other ends> <failed halves>``.
 
+``arm-check`` on stdin makes the next check-back it answers print
+``CHECKING <transaction id>`` and pause for :data:`CHECK_PAUSE_SECONDS` before
+answering, so the controller can SIGKILL it in the middle of an answer
+(``disarm-check`` takes that back).
+
 Nothing here is made to survive SIGKILL: that is the point. The database and
 the topics, not this process, are the record of what happened.
 """
@@ -35,6 +40,18 @@ from outbox.sql import SqlTransactionListener, create_engine
 GROUP = "chaos-orders"
 ORDERS_TABLE = "chaos_orders"
 REPORT_SECONDS = 0.5
+CHECK_PAUSE_SECONDS = 5.0
+"""Long enough for the controller (a 0.2 s tick) to see the marker and kill during the pause."""
+
+_output = threading.Lock()
+
+
+def say(line: str) -> None:
+    """One whole line to the controller: sender, reporter and check threads all write."""
+    with _output:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
 
 log = logging.getLogger("outbox.chaos.worker")
 
@@ -78,14 +95,26 @@ class ChaosListener(SqlTransactionListener):
     """Commits as the SQL listener does, but answers UNKNOW for some committed orders.
 
     RocketMQ's own examples do the same: it makes the check-back path carry
-    real traffic even in the stretches between faults.
+    real traffic even in the stretches between faults. Armed, it announces the
+    next check it answers and pauses inside it, for the controller to kill.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.armed = threading.Event()
 
     def execute_local_transaction(self, message: Message, arg: Any) -> LocalTransactionState:
         state = super().execute_local_transaction(message, arg)
         if state is LocalTransactionState.COMMIT_MESSAGE and arg.get("answer_unknown"):
             return LocalTransactionState.UNKNOW
         return state
+
+    def check_local_transaction(self, message: Message) -> LocalTransactionState:
+        if self.armed.is_set():
+            self.armed.clear()
+            say(f"CHECKING {message.transaction_id}")
+            time.sleep(CHECK_PAUSE_SECONDS)
+        return super().check_local_transaction(message)
 
 
 class Worker:
@@ -158,11 +187,11 @@ class Worker:
                 f"SENT {c['sent']} {c['committed']} {c['rolled_back']} {c['other']} "
                 f"{c['failed_halves']}"
             )
-        print(line, flush=True)
+        say(line)
 
     def run(self) -> None:
         producer = self.start_producer()
-        print("READY", flush=True)
+        say("READY")
         senders = [
             threading.Thread(target=self.send, args=(producer, n), daemon=True)
             for n in range(self.config.threads)
@@ -182,8 +211,13 @@ class Worker:
     def _read_commands(self) -> None:
         """``stop`` ends the sending; end of input ends the process (after the check-backs)."""
         for line in sys.stdin:
-            if line.strip() == "stop":
+            command = line.strip()
+            if command == "stop":
                 self.stop_sending.set()
+            elif command == "arm-check":
+                self.listener.armed.set()
+            elif command == "disarm-check":
+                self.listener.armed.clear()
         self.stop_sending.set()
 
 

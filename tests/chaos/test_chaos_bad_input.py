@@ -24,6 +24,8 @@ def _chaos(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
         (["--producers=1"], "OUTBOX_CHAOS_PRODUCERS"),
         (["--rollback-share=2"], "OUTBOX_CHAOS_ROLLBACK_SHARE"),
         (["--broker-restarts=-1"], "OUTBOX_CHAOS_BROKER_RESTARTS"),
+        (["--checker-outages=-1"], "OUTBOX_CHAOS_CHECKER_OUTAGES"),
+        (["--answering-producer-kills=-2"], "OUTBOX_CHAOS_ANSWERING_PRODUCER_KILLS"),
     ],
 )
 def test_out_of_range_values_are_one_error_naming_the_setting(args, named):
@@ -44,3 +46,12 @@ def test_a_bad_environment_variable_is_refused_like_a_flag():
     result = _chaos(env={**os.environ, "OUTBOX_CHAOS_SEED": "abc"})
     assert result.returncode == 2
     assert "OUTBOX_CHAOS_SEED" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "variable", ["OUTBOX_CHAOS_CHECKER_OUTAGES", "OUTBOX_CHAOS_ANSWERING_PRODUCER_KILLS"]
+)
+def test_a_fault_count_that_is_not_a_number_is_refused_from_the_environment(variable):
+    result = _chaos(env={**os.environ, variable: "once"})
+    assert result.returncode == 2
+    assert variable in result.stderr

@@ -2,7 +2,14 @@
 
 from outbox.chaos.plan import FIRST_FAULT_AT, LAST_FAULT_AT, FaultKind, fault_plan
 
-SIZES = {"producers": 4, "checkers": 2, "producer_kills": 6, "checker_kills": 2}
+SIZES = {
+    "producers": 4,
+    "checkers": 2,
+    "producer_kills": 6,
+    "checker_kills": 2,
+    "checker_outages": 1,
+    "answering_producer_kills": 1,
+}
 
 
 def test_the_same_seed_gives_the_same_plan_and_another_seed_another():
@@ -16,10 +23,13 @@ def test_the_plan_has_every_fault_asked_for_in_firing_order_within_the_window():
     assert kinds.count(FaultKind.KILL_PRODUCER) == 6
     assert kinds.count(FaultKind.KILL_CHECKER) == 2
     assert kinds.count(FaultKind.STOP_BROKER) + kinds.count(FaultKind.KILL_BROKER) == 3
+    assert kinds.count(FaultKind.KILL_ALL_CHECKERS) == 1
+    assert kinds.count(FaultKind.KILL_ANSWERING_PRODUCER) == 1
     shares = [fault.at_share for fault in plan]
     assert shares == sorted(shares)
     assert all(FIRST_FAULT_AT <= share <= LAST_FAULT_AT for share in shares)
-    assert all(0 <= f.target < 4 for f in plan if f.kind is FaultKind.KILL_PRODUCER)
+    producer_kinds = (FaultKind.KILL_PRODUCER, FaultKind.KILL_ANSWERING_PRODUCER)
+    assert all(0 <= f.target < 4 for f in plan if f.kind in producer_kinds)
     assert all(0 <= f.target < 2 for f in plan if f.kind is FaultKind.KILL_CHECKER)
 
 
@@ -30,3 +40,25 @@ def test_broker_outages_alternate_between_a_clean_stop_and_a_kill():
         if f.kind in (FaultKind.STOP_BROKER, FaultKind.KILL_BROKER)
     ]
     assert sorted(kinds) == [FaultKind.KILL_BROKER, FaultKind.STOP_BROKER]
+
+
+def test_the_new_kinds_are_drawn_per_seed_and_their_counts_are_honoured():
+    sizes = {**SIZES, "checker_outages": 3, "answering_producer_kills": 2}
+    plan = fault_plan(11, broker_restarts=0, **sizes)
+    assert plan == fault_plan(11, broker_restarts=0, **sizes)
+    outages = [f for f in plan if f.kind is FaultKind.KILL_ALL_CHECKERS]
+    answering = [f for f in plan if f.kind is FaultKind.KILL_ANSWERING_PRODUCER]
+    assert len(outages) == 3 and len(answering) == 2
+    assert all(10.0 <= f.down_seconds <= 20.0 for f in outages)
+    assert fault_plan(11, broker_restarts=0, **{**sizes, "checker_outages": 0}) == [
+        f for f in plan if f.kind is not FaultKind.KILL_ALL_CHECKERS
+    ]
+
+
+def test_adding_the_new_kinds_leaves_the_older_faults_of_a_seed_where_they_were():
+    """Seeds quoted in tests and issues keep meaning the same kills."""
+    older = fault_plan(
+        1, broker_restarts=1, **{**SIZES, "checker_outages": 0, "answering_producer_kills": 0}
+    )
+    plan = fault_plan(1, broker_restarts=1, **SIZES)
+    assert [f for f in plan if f in older] == older

@@ -6,14 +6,20 @@ from outbox.chaos.verdict import TopicState, duplicate_causes, judge
 from outbox.protocol import OpRecord, Resolution
 
 
-def _op(transaction_id: str, offset: int, resolution: Resolution = Resolution.COMMIT) -> OpRecord:
-    return OpRecord(transaction_id, "group", 0, offset, resolution, ended_ms=1)
+def _op(
+    transaction_id: str,
+    offset: int,
+    resolution: Resolution = Resolution.COMMIT,
+    *,
+    origin: int | None = None,
+    partition: int = 0,
+) -> OpRecord:
+    return OpRecord(transaction_id, "group", partition, offset, resolution, 1, origin)
 
 
 def _state() -> TopicState:
     """t1 committed, t2 rolled back: the clean run every test then breaks one way."""
     return TopicState(
-        originals={(0, 0): "t1", (0, 1): "t2"},
         transactions={"t1", "t2"},
         ops=[_op("t1", 0), _op("t2", 1, Resolution.ROLLBACK)],
         real=Counter({"t1": 1}),
@@ -58,14 +64,24 @@ def test_a_half_with_no_op_and_no_discard_is_pending():
     assert judge(1, {"t1"}, state, Counter({"t1": 1})).pending == 0
 
 
-def test_raw_duplicates_are_reported_with_their_cause_without_failing_the_run():
+def test_a_half_the_relay_published_twice_fails_the_run_naming_its_identity():
+    """One publisher: a second copy on the real topic is a violation, not a known cost."""
     state = _state()
-    state.copies.add((0, 5))
-    state.ops.append(_op("t1", 5))  # a check-back answered for the copy at offset 5
+    state.ops.append(_op("t1", 5, origin=0))  # a check-back answer for the copy of 0:0
     state.real["t1"] = 2
     verdict = judge(1, {"t1"}, state, Counter({"t1": 1}))
     assert verdict.raw_duplicates == 1
-    assert verdict.failures == []
+    assert verdict.causes == Counter({"half 0:0 published more than once": 1})
+    assert verdict.failures == [
+        "1 raw duplicates on the real topic (half 0:0 published more than once: 1)"
+    ]
+    assert "raw_duplicates=1 " in verdict.line()
+
+
+def test_a_duplicate_from_two_committed_halves_of_one_transaction_names_both():
+    state = _state()
+    state.ops.append(_op("t1", 3, partition=2))  # another original half, same transaction id
+    state.real["t1"] = 3
     assert duplicate_causes(state) == Counter(
-        {"a check-back answered before the producer's own end was read": 1}
+        {"halves 0:0, 2:3 of one transaction each committed": 2}
     )
