@@ -46,6 +46,7 @@ def register(app: typer.Typer) -> None:
         "checker",
         CheckerSettings,
         run_checker,
-        help="Run a checker replica: find halves with no outcome and ask their producers.",
+        help="Run a checker replica: find halves with no outcome and ask their producers;"
+        " publish every committed half to its real topic, exactly once (the relay).",
         flags={"kafka_properties": KAFKA_PROPERTY_FLAGS},
     )

@@ -66,8 +66,9 @@ settings_command(
     "chaos",
     ChaosSettings,
     _run_chaos,
-    help="Run the pipeline under seeded faults (kill -9 producers and checkers, broker"
-    " restarts) and verify nothing committed is lost and nothing rolled back is visible.",
+    help="Run the pipeline under seeded faults (kill -9 of producers, of a producer answering"
+    " a check, of one or every checker replica; broker restarts) and verify every commit is"
+    " published once, nothing committed is lost and nothing rolled back is visible.",
     log_level="WARNING",
 )
 
