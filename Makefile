@@ -11,7 +11,7 @@ INSTALLED := $(VENV)/.installed
 $(INSTALLED): pyproject.toml
 	@echo "==> creating $(VENV) and installing the project with its test extras"
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet --upgrade pip 'setuptools>=77'
 	$(BIN)/pip install --quiet -e '.[test]'
 	@touch $@
 
