@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,13 +72,30 @@ class RoundWriter:
             "linger.ms": 5,
             "transaction.timeout.ms": transaction_timeout_ms,
         }
+        self._producer_lock = threading.RLock()
+        """Held while the current producer is replaced or recovered, and to ask which it is."""
         self._producer = self._new_producer()
 
     def _new_producer(self) -> Producer:
-        producer = Producer(self._config)
-        # Same transactional.id: fences any earlier producer of this replica.
-        producer.init_transactions(self._timeout)
-        return producer
+        """A producer of this replica's transactional id, initialised.
+
+        Its ``init_transactions`` fences any earlier producer of the id and aborts
+        that one's open transaction; while the broker is still aborting it, it
+        answers CONCURRENT_TRANSACTIONS (retriable), so this asks again until
+        three timeouts have passed.
+        """
+        deadline = time.monotonic() + self._timeout * 3
+        while True:
+            producer = Producer(self._config)
+            try:
+                producer.init_transactions(self._timeout)
+                return producer
+            except KafkaException as exc:
+                error: KafkaError = exc.args[0]
+                if not error.retriable() or time.monotonic() > deadline:
+                    raise
+                log.info("the checker's producer is not ready yet, asking again: %s", error)
+                time.sleep(0.2)
 
     def renew(self) -> None:
         """Start over with a fresh producer (the checker does so every round).
@@ -86,10 +104,11 @@ class RoundWriter:
         can block in ``send_offsets_to_transaction`` past its timeout; a fresh
         one does not, and its ``init_transactions`` fences the old one.
         """
-        try:
-            self._producer = self._new_producer()
-        except KafkaException as exc:
-            raise KafkaUnavailableError(f"cannot start the checker's producer: {exc}") from None
+        with self._producer_lock:
+            try:
+                self._producer = self._new_producer()
+            except KafkaException as exc:
+                raise KafkaUnavailableError(f"cannot start the checker's producer: {exc}") from None
 
     def close(self) -> None:
         self._producer.flush(self._timeout)
@@ -103,15 +122,22 @@ class RoundWriter:
     ) -> ChunkResult:
         """Write one chunk in one Kafka transaction; raise on failure (nothing visible).
 
-        Runs under a watchdog: a call stuck in the client past every timeout
-        is abandoned, and the fresh producer that replaces it fences it, so
-        it can never commit late.
+        Runs under a watchdog: a call stuck past every timeout (in the client,
+        or in ``answer``) is abandoned, and the fresh producer that replaces it
+        fences it, so it can never commit late. The abandoned call keeps its own
+        producer: when it fails at last, its recovery touches only that one,
+        never the producer of a chunk written since.
         """
+        with self._producer_lock:
+            producer = self._producer
+        abandoned = threading.Event()
         outcome: list[ChunkResult | BaseException] = []
 
         def attempt() -> None:
             try:
-                outcome.append(self._write(chunk, group_metadata, now_ms, answer))
+                outcome.append(
+                    self._write(producer, abandoned, chunk, group_metadata, now_ms, answer)
+                )
             except BaseException as exc:
                 outcome.append(exc)
 
@@ -119,7 +145,8 @@ class RoundWriter:
         worker.start()
         worker.join(self._timeout * 3)
         if not outcome:
-            log.error("writing a chunk is stuck in the Kafka client; replacing the producer")
+            log.error("writing a chunk is stuck; abandoning it and fencing its producer")
+            abandoned.set()
             self.renew()
             raise KafkaUnavailableError("writing a chunk got stuck; it was abandoned and fenced")
         if isinstance(outcome[0], BaseException):
@@ -128,6 +155,8 @@ class RoundWriter:
 
     def _write(
         self,
+        producer: Producer,
+        abandoned: threading.Event,
         chunk: RoundChunk,
         group_metadata: Any,
         now_ms: Callable[[], int],
@@ -139,7 +168,6 @@ class RoundWriter:
         resolve-from-database mode) and returns the records that end it, or
         an empty list to fall back to asking the producers.
         """
-        producer = self._producer
         result = ChunkResult()
         try:
             producer.begin_transaction()
@@ -199,22 +227,31 @@ class RoundWriter:
             return result
         except KafkaException as exc:
             error: KafkaError = exc.args[0]
-            self._recover(error)
+            self._recover(producer, abandoned, error)
             if error.code() in (KafkaError.FENCED_INSTANCE_ID, KafkaError._FENCED) or (
                 "fenced" in str(error).lower() or error.code() == KafkaError.ILLEGAL_GENERATION
             ):
                 raise FencedError(str(error)) from None
             raise
 
-    def _recover(self, error: KafkaError) -> None:
-        try:
-            if error.fatal():
+    def _recover(self, producer: Producer, abandoned: threading.Event, error: KafkaError) -> None:
+        """Make ``producer`` usable again after a failed chunk, if it is still the current one.
+
+        An abandoned attempt's producer was replaced (and fenced) already:
+        renewing or aborting now would hit the chunk being written since.
+        """
+        with self._producer_lock:
+            if abandoned.is_set() or producer is not self._producer:
+                log.info("an abandoned chunk failed (its producer was fenced): %s", error)
+                return
+            try:
+                if error.fatal():
+                    self.renew()
+                else:
+                    producer.abort_transaction(self._timeout)
+            except KafkaException as exc:
+                log.error("could not abort the checker's transaction: %s", exc)
                 self.renew()
-            else:
-                self._producer.abort_transaction(self._timeout)
-        except KafkaException as exc:
-            log.error("could not abort the checker's transaction: %s", exc)
-            self.renew()
 
 
 def _remember_offset(into: list[int]) -> Callable[[KafkaError | None, Any], None]:

@@ -1,0 +1,94 @@
+"""The round writer's watchdog, against a real broker: an abandoned chunk harms no later one.
+
+A chunk stuck past the watchdog is abandoned and its producer fenced by a fresh
+one. When the stuck call finally fails, its recovery must touch only its own
+(fenced) producer: recovering with the writer's *current* producer would abort
+or fence the transaction of whichever chunk is being written at that moment.
+The chunk is made to hang the way a slow database makes it hang in the
+resolve-from-database mode: its ``answer`` call blocks mid-transaction.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, KafkaException
+
+from checker.round_writer import ChunkResult, RoundWriter
+from checker.rules import HalfEntry, RoundChunk
+from outbox.errors import KafkaUnavailableError
+from outbox.protocol import HalfRecord, OutgoingRecord, RawRecord
+from tests.checker.support import check_requests, ensure_check_topic, pending_half
+from tests.producer.conftest import OutboxTopics
+
+pytestmark = pytest.mark.kafka
+
+
+def chunk_of(half: HalfRecord, checkpoint: int) -> RoundChunk:
+    raw = RawRecord("half", 0, checkpoint - 1)
+    return RoundChunk(
+        0, to_check=[HalfEntry(raw, 0, half)], half_checkpoint=checkpoint, op_checkpoint=0
+    )
+
+
+def new_writer(t: OutboxTopics) -> RoundWriter:
+    """A writer with a 1 s timeout (its watchdog gives up after 3 s); a fresh broker may
+    still be loading its transaction coordinator, which is retriable."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return RoundWriter(
+                t.client_config, f"{t.names.prefix}.w.{uuid.uuid4().hex[:6]}", t.names, timeout=1.0
+            )
+        except KafkaException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+
+
+def test_an_abandoned_chunk_does_not_abort_the_next_one(outbox_topics: OutboxTopics):
+    t = outbox_topics
+    ensure_check_topic(t)
+    writer = new_writer(t)
+    group = Consumer({**t.client_config, "group.id": f"{t.names.prefix}.checker"})
+    metadata = group.consumer_group_metadata()
+    release_stuck, next_in_transaction, stuck_recovered = (threading.Event() for _ in range(3))
+
+    def stuck_database(*_: object) -> list[OutgoingRecord]:
+        release_stuck.wait(60)
+        return []
+
+    with pytest.raises(KafkaUnavailableError, match="abandoned"):
+        writer.write(chunk_of(pending_half(t, "stuck"), 1), metadata, lambda: 0, stuck_database)
+
+    def slow_database(*_: object) -> list[OutgoingRecord]:
+        next_in_transaction.set()
+        stuck_recovered.wait(60)
+        return []
+
+    outcome: list[ChunkResult | BaseException] = []
+
+    def write_next() -> None:
+        try:
+            outcome.append(
+                writer.write(
+                    chunk_of(pending_half(t, "next"), 2), metadata, lambda: 0, slow_database
+                )
+            )
+        except BaseException as exc:
+            outcome.append(exc)
+
+    follower = threading.Thread(target=write_next)
+    follower.start()
+    assert next_in_transaction.wait(30)
+    release_stuck.set()  # the abandoned call goes on, fails (fenced) and recovers
+    time.sleep(2.5)
+    stuck_recovered.set()
+    follower.join(60)
+    writer.close()
+    group.close()
+    assert outcome and isinstance(outcome[0], ChunkResult), outcome
+    assert [r.half.transaction_id for r in check_requests(t)] == ["next"]
