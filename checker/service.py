@@ -292,14 +292,20 @@ class Checker:
                 try:
                     written = self._writer.write(
                         chunk,
-                        self._consumer.consumer_group_metadata(),
+                        self._group_metadata(),
                         self._now_ms,
                         self._resolver,
                     )
                 except FencedError as exc:
-                    log.warning("fenced on partition %d, dropping it: %s", partition, exc)
+                    # Ownership changes only through the rebalance callbacks: the
+                    # assignor may well keep this partition here. Forget the cached
+                    # checkpoint (the next round reloads what Kafka committed) and
+                    # serve the group so a pending rebalance completes.
+                    log.warning("fenced on partition %d, retrying next round: %s", partition, exc)
                     with self._assignment_lock:
-                        self._owned.pop(partition, None)
+                        if partition in self._owned:
+                            self._owned[partition] = None
+                    self.poll_membership()
                     break
                 report.checks_sent += written.checks_sent
                 report.put_backs += written.put_backs
@@ -332,6 +338,10 @@ class Checker:
             report.stop_reason,
         )
         return report
+
+    def _group_metadata(self) -> object:
+        """The group generation this replica knows; a chunk committed with a stale one is fenced."""
+        return self._consumer.consumer_group_metadata()
 
     def _ensure_check_topics(self, groups: set[str]) -> None:
         """A group whose producers never ran has no check topic yet; the checker makes it."""

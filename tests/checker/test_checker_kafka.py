@@ -6,6 +6,8 @@ without sleeping; Kafka, the producer and the checker are all real.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
@@ -23,6 +25,7 @@ from tests.checker.support import (
     SkewedClock,
     check_requests,
     discards,
+    ensure_check_topic,
     pending_half,
     running_checker,
     wait_for,
@@ -161,3 +164,38 @@ def test_each_copy_is_asked_about_once_across_rounds(outbox_topics):
     assert [r.half.check_times for r in requests] == [1, 2, 3, 4]
     offsets = [r.half_offset for r in requests]
     assert len(set(offsets)) == len(offsets)
+
+
+def test_a_fenced_chunk_leaves_the_partition_owned_and_checked_next_round(outbox_topics):
+    """A chunk committed with a stale group generation is fenced (ILLEGAL_GENERATION).
+
+    Ownership changes only through the group's rebalance callbacks: the replica
+    still owns the partition, so its next round must check the half.
+    """
+    ensure_check_topic(outbox_topics)
+    write(outbox_topics, pending_half(outbox_topics, "fenced").to_record(outbox_topics.names, 0))
+    clock = SkewedClock()
+    with running_checker(outbox_topics, clock) as checker:
+        stale = checker._consumer.consumer_group_metadata()
+        visitor = Consumer(
+            {**outbox_topics.client_config, "group.id": checker.settings.group_id,
+             "partition.assignment.strategy": "cooperative-sticky"}
+        )  # fmt: skip
+        visitor.subscribe([outbox_topics.names.half])
+        deadline = time.monotonic() + 60
+        while not visitor.assignment():  # a second member joins: a new generation
+            assert time.monotonic() < deadline, "the visitor never joined"
+            visitor.poll(0.2)
+            checker.poll_membership(0.1)
+        visitor.close()  # and leaves: the checker gets every partition back
+        wait_for(
+            lambda: checker.poll_membership(0.2) or checker.owned_partitions() == [0, 1, 2],
+            what="the checker owning every partition again",
+        )
+        checker._group_metadata = lambda: stale  # a zombie's view of the group
+        report = checker.run_round()
+        assert report.checks_sent == 0  # the chunk was fenced
+        del checker._group_metadata
+        assert checker.owned_partitions() == [0, 1, 2]
+        assert checker.run_round().checks_sent == 1
+    assert [r.half.transaction_id for r in check_requests(outbox_topics)] == ["fenced"]
