@@ -121,14 +121,15 @@ class KafkaPartitionReader:
         halves: TopicCursor,
         ops: TopicCursor,
         partition: int,
-        admin: AdminClient,
+        client_config: dict[str, Any],
         topics: TopicNames,
         timeout: float = 30.0,
     ) -> None:
         self._halves = halves
         self._ops = ops
         self._partition = partition
-        self._admin = admin
+        self._client_config = client_config
+        self._admin: AdminClient | None = None
         self._topics = topics
         self._timeout = timeout
 
@@ -154,6 +155,14 @@ class KafkaPartitionReader:
         return self._end_offset(self._topics.half, IsolationLevel.READ_UNCOMMITTED)
 
     def _end_offset(self, topic: str, isolation: IsolationLevel) -> int:
+        """``ListOffsets`` through an admin client of this round's own.
+
+        A long-lived admin client keeps a leader epoch from before a broker
+        restart and is answered FENCED_LEADER_EPOCH ever after (seen with
+        librdkafka 2.x); one per reader starts from fresh metadata each round.
+        """
+        if self._admin is None:
+            self._admin = AdminClient(self._client_config)
         tp = TopicPartition(topic, self._partition)
         try:
             (future,) = self._admin.list_offsets(

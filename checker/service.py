@@ -381,7 +381,9 @@ class Checker:
         log.info("partition %d: %d ended halves rebuilt from op history", partition, count)
 
     def _reader(self, partition: int) -> KafkaPartitionReader:
-        return KafkaPartitionReader(self._halves, self._ops, partition, self._admin, self.topics)
+        return KafkaPartitionReader(
+            self._halves, self._ops, partition, self.settings.client_config(), self.topics
+        )
 
     def _low_offset(self, topic: str, partition: int) -> int:
         low, _ = self._watermarks(topic, partition)
