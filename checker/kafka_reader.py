@@ -5,7 +5,9 @@ rounds handle one half partition at a time, and a fresh consumer per read
 would cost a metadata round trip each time. Reads are ``read_committed`` so a
 put-back copy or op in a Kafka transaction that has not committed (or was
 aborted, e.g. by a crash) is never acted on. Ends are detected by partition-EOF
-events, which for ``read_committed`` come at the last stable offset.
+events, which for ``read_committed`` come at the last stable offset; whether
+that is the whole op partition (no open Kafka transaction) is asked of the
+broker with ``ListOffsets`` at both isolation levels.
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from checker.rules import HalfEntry, OpEntry
 from outbox.errors import KafkaUnavailableError
-from outbox.protocol import RawRecord
+from outbox.protocol import RawRecord, TopicNames
 
 _BATCH = 500
 _SLICE = 0.02
@@ -113,10 +116,22 @@ class TopicCursor:
 class KafkaPartitionReader:
     """The :class:`checker.rules.PartitionReader` of half partition p and op partition p."""
 
-    def __init__(self, halves: TopicCursor, ops: TopicCursor, partition: int) -> None:
+    def __init__(
+        self,
+        halves: TopicCursor,
+        ops: TopicCursor,
+        partition: int,
+        client_config: dict[str, Any],
+        topics: TopicNames,
+        timeout: float = 30.0,
+    ) -> None:
         self._halves = halves
         self._ops = ops
         self._partition = partition
+        self._client_config = client_config
+        self._admin: AdminClient | None = None
+        self._topics = topics
+        self._timeout = timeout
 
     def ops(self, start: int, limit: int) -> list[OpEntry]:
         return [OpEntry.of(raw) for raw in self._ops.read(self._partition, start, limit)]
@@ -130,3 +145,32 @@ class KafkaPartitionReader:
             for raw in batch:
                 yield HalfEntry.of(raw)
             offset = batch[-1].offset + 1
+
+    def ops_settled(self) -> bool:
+        """The op partition's last stable offset is its high watermark."""
+        stable = self._end_offset(self._topics.op, IsolationLevel.READ_COMMITTED)
+        return stable >= self._end_offset(self._topics.op, IsolationLevel.READ_UNCOMMITTED)
+
+    def half_end(self) -> int:
+        return self._end_offset(self._topics.half, IsolationLevel.READ_UNCOMMITTED)
+
+    def _end_offset(self, topic: str, isolation: IsolationLevel) -> int:
+        """``ListOffsets`` through an admin client of this round's own.
+
+        A long-lived admin client keeps a leader epoch from before a broker
+        restart and is answered FENCED_LEADER_EPOCH ever after (seen with
+        librdkafka 2.x); one per reader starts from fresh metadata each round.
+        """
+        if self._admin is None:
+            self._admin = AdminClient(self._client_config)
+        tp = TopicPartition(topic, self._partition)
+        try:
+            (future,) = self._admin.list_offsets(
+                {tp: OffsetSpec.latest()},
+                isolation_level=isolation,
+                request_timeout=self._timeout,
+            ).values()
+            return int(future.result().offset)
+        except KafkaException as exc:
+            where = f"{topic}[{self._partition}]"
+            raise KafkaUnavailableError(f"end offset of {where}: {exc}") from None

@@ -174,7 +174,7 @@ class RoundWriter:
             copies: list[tuple[HalfRecord, list[int]]] = []
             for entry in chunk.to_check:
                 assert entry.half is not None
-                copy = entry.half.put_back()
+                copy = entry.half.put_back(entry.offset, entry.stored_ms)
                 offset: list[int] = []
                 producer.produce(
                     **copy.to_record(self._topics, chunk.partition).produce_kwargs(),

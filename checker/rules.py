@@ -3,8 +3,9 @@
 This module decides; it does no I/O. It reads through a :class:`PartitionReader`
 and yields :class:`RoundChunk` decisions (what to put back and ask about, what
 to discard, where the checkpoints move), each of which the service writes in
-one Kafka transaction. Time comes from an injected clock, so every rule is
-tested by driving time rather than sleeping.
+one Kafka transaction. Time comes from injected clocks (the wall clock for ages,
+a monotonic one for the round's time budget), so every rule is tested by
+driving time rather than sleeping.
 
 The walk, as in RocketMQ (seed 002, ``check``), for half partition p:
 
@@ -20,23 +21,38 @@ The walk, as in RocketMQ (seed 002, ``check``), for half partition p:
 - the partition stops at the time budget; the new op checkpoint is the end of
   the contiguous run of done ops (``calculateOpOffset``).
 
-Beyond RocketMQ: ops carry the transaction id, so a copy of a transaction that
-has an op anywhere in recent history is skipped (never asked about again); an
-op naming an offset the walk passed without finding is marked done with a
-warning, so the op checkpoint never sticks (apache/rocketmq#1519, #9500); a
-malformed half is discarded with reason ``malformed`` instead of stalling.
+Ages are the broker's: a half's age counts from its store time (the record
+timestamp, ``LogAppendTime`` on the outbox topics; for a copy, the original's
+store time it carries), so a producer's wrong clock neither delays nor hastens
+its checks. ``born_ms`` is the fallback for records that carry neither.
+
+Beyond RocketMQ: ops name the half's identity (partition and origin offset,
+shared by every copy), so a copy of a half that has an op anywhere in recent
+history is skipped (never asked about again); an op naming an offset the walk
+passed without finding is marked done with a warning, so the op checkpoint
+never sticks (apache/rocketmq#1519, #9500); a malformed half is discarded with
+reason ``malformed`` instead of stalling.
+
+Reading ops to their end proves "no op yet" only if the end is settled: an open
+Kafka transaction on the op partition hides every op after it from a
+``read_committed`` reader, so then the partition stops (``OPS_UNSETTLED``) and
+the half waits for a later round. Looking for one half's op reads at most
+``max_ops_per_round`` ops and stays within the time budget; past the cap the
+half is asked about, which is harmless if it had ended (its answer is a second
+decision, which the relay ignores).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
-from checker.ended import EndedTransactions
+from checker.ended import EndedTransactions, HalfIdentity
 from outbox.protocol import DiscardReason, HalfRecord, MalformedRecordError, OpRecord, RawRecord
 
 log = logging.getLogger(__name__)
@@ -91,12 +107,21 @@ class PartitionReader(Protocol):
         """Committed halves from offset ``start`` on, in order, to the end at call time."""
         ...
 
+    def ops_settled(self) -> bool:
+        """Whether every op written so far is readable (no open Kafka transaction hides any)."""
+        ...
+
+    def half_end(self) -> int:
+        """The half partition's end offset now (its high watermark)."""
+        ...
+
 
 class StopReason(StrEnum):
     END = "end of partition"
     FRESH = "stored after the round began"
     YOUNG = "younger than the transaction timeout"
     TIME_BUDGET = "time budget spent"
+    OPS_UNSETTLED = "an open Kafka transaction on the op partition"
 
 
 @dataclass(frozen=True)
@@ -144,6 +169,8 @@ class RoundRules:
     check_max: int = 15
     max_process_ms: int = 60_000
     op_read_batch: int = 32
+    max_ops_per_round: int = 20_000
+    """Most ops read per partition per round (bounds the op window's memory)."""
     retention_ms: int = 72 * 3600 * 1000
     chunk_size: int = 1000
     """Halves settled per chunk (one Kafka transaction each)."""
@@ -173,6 +200,7 @@ class _OpWindow:
         self.done: set[int] = set()
         self.remove_map: dict[int, int] = {}
         self.last_fill: list[OpEntry] = []
+        self._settled = False
 
     def fill(self) -> list[OpEntry]:
         """Read the next batch of ops (``fillOpRemoveMap``)."""
@@ -183,7 +211,7 @@ class _OpWindow:
             if op is None:
                 self.done.add(entry.offset)
                 continue
-            self._ended.add(op.transaction_id)
+            self._ended.add((op.half_partition, op.identity))
             if op.half_partition != self._partition:
                 log.warning(
                     "op at %d names half partition %d, read from op partition %d; ignored",
@@ -212,11 +240,25 @@ class _OpWindow:
         self.done.add(op_offset)
         return True
 
-    def settle(self, walked_to: int, half_end: int | None) -> None:
-        """Ops naming offsets the walk passed without a half there are done."""
+    def settled(self) -> bool:
+        """Whether the ops read to their end are all there are (asked once settled)."""
+        self._settled = self._settled or self._reader.ops_settled()
+        return self._settled
+
+    def settle(self, walked_to: int) -> None:
+        """Ops naming offsets with no half are done; those naming halves ahead stay undone.
+
+        The walk passed offsets before ``walked_to``; a half at or past the
+        partition's end, read now (after every op was read), cannot exist, as
+        a half is written before its op. Offsets between are halves the walk
+        has not reached yet (some maybe written during this round): their ops
+        are read again next round.
+        """
+        if not self.remove_map:
+            return
+        end = self._reader.half_end() if max(self.remove_map) >= walked_to else walked_to
         for half_offset, op_offset in list(self.remove_map.items()):
-            beyond_end = half_end is not None and half_offset >= half_end
-            if half_offset < walked_to or beyond_end:
+            if half_offset < walked_to or half_offset >= end:
                 log.warning(
                     "op at %d names half offset %d, where partition %d has no half; ignored",
                     op_offset,
@@ -247,14 +289,22 @@ def iter_round(
     ended: EndedTransactions,
     rules: RoundRules,
     now_ms: Callable[[], int],
+    monotonic_ms: Callable[[], int] = lambda: time.monotonic_ns() // 1_000_000,
     half_end: int | None = None,
 ) -> Iterator[RoundChunk]:
     """Walk half partition ``partition`` once, yielding decisions chunk by chunk.
 
     ``half_end`` is the partition's end offset when the round began, if known:
-    ops naming offsets at or past it name halves that do not exist.
+    halves at or past it were appended during the round. ``now_ms`` is the wall
+    clock ages are measured with; ``monotonic_ms`` times the round's budget, so a
+    wall clock stepped by NTP neither ends a round early nor lets it run on.
     """
     started = now_ms()
+    budget_from = monotonic_ms()
+
+    def budget_spent() -> bool:
+        return monotonic_ms() - budget_from > rules.max_process_ms
+
     ops = _OpWindow(reader, partition, half_checkpoint, op_checkpoint, rules.op_read_batch, ended)
     ops.fill()
     next_half = half_checkpoint
@@ -268,10 +318,10 @@ def iter_round(
             # offsets say so whatever the clocks of the writers say.
             stop, left = StopReason.FRESH, entry
             break
-        if now_ms() - started > rules.max_process_ms:
+        if budget_spent():
             stop, left = StopReason.TIME_BUDGET, entry
             break
-        verdict = _decide(entry, chunk, ops, ended, rules, started, now_ms)
+        verdict = _decide(entry, chunk, ops, ended, rules, started, now_ms, budget_spent)
         if verdict is not None:
             stop, left = verdict, entry
             break
@@ -280,7 +330,7 @@ def iter_round(
             chunk.half_checkpoint, chunk.op_checkpoint = next_half, ops.new_checkpoint()
             yield chunk
             chunk = RoundChunk(partition)
-    ops.settle(next_half, half_end)
+    ops.settle(next_half)
     chunk.half_checkpoint, chunk.op_checkpoint = next_half, ops.new_checkpoint()
     chunk.stop_reason = stop
     if left is not None:
@@ -300,11 +350,22 @@ def _count_pending(
         if seen >= limit:
             return
         half = entry.half
-        if half is None or entry.offset in ops.remove_map or half.transaction_id in ended:
+        if half is None or entry.offset in ops.remove_map or _identity(entry, half) in ended:
             continue
         chunk.pending_by_topic[half.real_topic] += 1
         if chunk.oldest_pending_born_ms is None or half.born_ms < chunk.oldest_pending_born_ms:
             chunk.oldest_pending_born_ms = half.born_ms
+
+
+def _identity(entry: HalfEntry, half: HalfRecord) -> HalfIdentity:
+    return entry.raw.partition, half.identity(entry.offset)
+
+
+def _stored_ms(entry: HalfEntry, half: HalfRecord) -> int:
+    """When the broker stored the half (for a copy, the original): what ages count from."""
+    if half.origin_offset is not None:
+        return half.origin_stored_ms if half.origin_stored_ms is not None else half.born_ms
+    return entry.stored_ms or half.born_ms
 
 
 def _decide(
@@ -315,6 +376,7 @@ def _decide(
     rules: RoundRules,
     started: int,
     now_ms: Callable[[], int],
+    budget_spent: Callable[[], bool],
 ) -> StopReason | None:
     """Settle one half (or say why the walk stops there)."""
     while True:
@@ -326,16 +388,16 @@ def _decide(
             detail = str(entry.error) if entry.error else "undecodable"
             plan.to_discard.append(Discard(entry, DiscardReason.MALFORMED, detail))
             return None
-        if half.transaction_id in ended:
+        if _identity(entry, half) in ended:
             plan.skipped_ended += 1
             return None
         if half.check_times >= rules.check_max:
             detail = f"checked {half.check_times} times without an answer"
             plan.to_discard.append(Discard(entry, DiscardReason.CHECK_MAX, detail))
             return None
-        age = now_ms() - half.born_ms
+        age = now_ms() - _stored_ms(entry, half)
         if age > rules.retention_ms:
-            detail = f"born {age // 1000}s ago, past the retention horizon"
+            detail = f"stored {age // 1000}s ago, past the retention horizon"
             plan.to_discard.append(Discard(entry, DiscardReason.RETENTION, detail))
             return None
         if entry.stored_ms >= started:
@@ -357,9 +419,13 @@ def _decide(
             or (last_op is not None and last_op.ended_ms - started > rules.transaction_timeout_ms)
             or age <= -1
         )
-        if needs_check:
+        if not last and not ops.settled():
+            return StopReason.OPS_UNSETTLED
+        if needs_check or len(ops.read_order) >= rules.max_ops_per_round:
             plan.to_check.append(entry)
             return None
+        if budget_spent():
+            return StopReason.TIME_BUDGET
         ops.fill()  # cannot tell yet: read more ops, then look at this half again
 
 

@@ -86,6 +86,7 @@ class Checker:
             check_max=settings.check_max,
             max_process_ms=settings.max_process_ms,
             op_read_batch=settings.op_read_batch,
+            max_ops_per_round=settings.max_ops_per_round,
             retention_ms=settings.retention_ms,
         )
         self._ended = EndedTransactions(settings.ended_cache_size)
@@ -265,7 +266,7 @@ class Checker:
 
     def _round_on(self, partition: int) -> PartitionReport:
         checkpoint = self._checkpoint(partition)
-        reader = KafkaPartitionReader(self._halves, self._ops, partition)
+        reader = self._reader(partition)
         report = PartitionReport(
             partition, half_checkpoint=checkpoint.half, op_checkpoint=checkpoint.op
         )
@@ -401,7 +402,7 @@ class Checker:
             return
         since_ms = first[0].timestamp_ms - int(self.settings.op_history_margin_seconds * 1000)
         start = self._offset_for_time(self.topics.op, partition, since_ms)
-        reader = KafkaPartitionReader(self._halves, self._ops, partition)
+        reader = self._reader(partition)
         count = 0
         while start < checkpoint.op:
             entries = reader.ops(start, 500)
@@ -411,10 +412,15 @@ class Checker:
                 if entry.offset >= checkpoint.op:
                     break
                 if entry.op is not None:
-                    self._ended.add(entry.op.transaction_id)
+                    self._ended.add((entry.op.half_partition, entry.op.identity))
                     count += 1
             start = entries[-1].offset + 1
-        log.info("partition %d: %d ended transactions rebuilt from op history", partition, count)
+        log.info("partition %d: %d ended halves rebuilt from op history", partition, count)
+
+    def _reader(self, partition: int) -> KafkaPartitionReader:
+        return KafkaPartitionReader(
+            self._halves, self._ops, partition, self.settings.client_config(), self.topics
+        )
 
     def _low_offset(self, topic: str, partition: int) -> int:
         low, _ = self._watermarks(topic, partition)

@@ -26,6 +26,12 @@ class CheckerSettings(KafkaSettings):
         60.0, gt=0, description="time budget per half partition per round (MAX_PROCESS_TIME_LIMIT)"
     )
     op_read_batch: int = Field(32, ge=1, description="op records read per fill (OP_MSG_PULL_NUMS)")
+    max_ops_per_round: int = Field(
+        20_000,
+        ge=1,
+        description="most op records read per half partition per round (about 11 MB); past it"
+        " a half whose op was not found is asked about (a second answer is harmless)",
+    )
     retention_hours: float = Field(
         72.0, gt=0, description="older halves are discarded unchecked (fileReservedTime)"
     )

@@ -4,10 +4,17 @@ Creation is idempotent: topics that exist with the right partition count are
 left alone. Half and op must have the same partition count (half partition p is
 paired with op partition p), so a mismatch is an error that says which topic
 differs and how to fix it, never something papered over.
+
+The outbox topics stamp records with the broker's clock (``LogAppendTime``):
+the checker measures a half's age from its record timestamp, and a producer's
+clock is not to be trusted with that. An existing topic stamped with
+``CreateTime`` still works (ages then follow the producers' clocks), with a
+warning that says how to change it.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaError, KafkaException
@@ -25,6 +32,8 @@ from tenacity import (
 from outbox.errors import KafkaUnavailableError, TopicAdminError, TopicMismatchError
 from outbox.protocol import TopicNames
 
+log = logging.getLogger(__name__)
+
 DAY_MS = 24 * 60 * 60 * 1000
 
 # Halves must outlive the checker's retention horizon (72 h, RocketMQ's
@@ -36,7 +45,10 @@ DISCARD_RETENTION_MS = 30 * DAY_MS
 # Check requests go stale within minutes; the checker asks again.
 CHECK_RETENTION_MS = 1 * DAY_MS
 
-SHOWN_CONFIGS = ("retention.ms", "cleanup.policy", "min.insync.replicas")
+TIMESTAMP_TYPE = "message.timestamp.type"
+LOG_APPEND_TIME = "LogAppendTime"
+
+SHOWN_CONFIGS = ("retention.ms", "cleanup.policy", "min.insync.replicas", TIMESTAMP_TYPE)
 
 
 @dataclass(frozen=True)
@@ -79,6 +91,7 @@ def plan_topics(
             "cleanup.policy": "delete",
             "retention.ms": str(retention_ms),
             "min.insync.replicas": min_isr,
+            TIMESTAMP_TYPE: LOG_APPEND_TIME,
         }
         return TopicSpec(name, partitions, replication_factor, config)
 
@@ -162,12 +175,36 @@ def _check_partition_counts(specs: list[TopicSpec], states: dict[str, TopicState
     )
 
 
+def _warn_about_timestamp_types(specs: list[TopicSpec], states: dict[str, TopicState]) -> None:
+    """An existing topic stamped otherwise than asked is accepted, with how to change it."""
+    for spec in specs:
+        state = states[spec.name]
+        wanted = spec.config.get(TIMESTAMP_TYPE)
+        actual = state.config.get(TIMESTAMP_TYPE)
+        if not state.exists or wanted is None or actual is None or actual == wanted:
+            continue
+        log.warning(
+            "topic %s has %s=%s, not %s: record timestamps (and the checker's ages of halves)"
+            " follow the producers' clocks. Fix: kafka-configs --bootstrap-server <host:port>"
+            " --alter --entity-type topics --entity-name %s --add-config %s=%s"
+            " (new topics from 'outbox topics create' get it)",
+            spec.name,
+            TIMESTAMP_TYPE,
+            actual,
+            wanted,
+            spec.name,
+            TIMESTAMP_TYPE,
+            wanted,
+        )
+
+
 def ensure_topics(
     admin: AdminClient, specs: list[TopicSpec], timeout: float = 30.0
 ) -> dict[str, bool]:
     """Create the missing topics; map each name to whether it was created now."""
     states = read_topic_states(admin, [s.name for s in specs], timeout=timeout)
     _check_partition_counts(specs, states)
+    _warn_about_timestamp_types(specs, states)
     missing = [s for s in specs if not states[s.name].exists]
     created = {s.name: False for s in specs}
     if not missing:

@@ -5,8 +5,12 @@ import sys
 import time
 
 import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import NewTopic
 
+from outbox.admin import read_topic_states
 from outbox.protocol import TopicNames
+from outbox.reading import read_topic
 
 pytestmark = pytest.mark.kafka
 
@@ -104,3 +108,37 @@ def test_describe_flags_half_and_op_disagreeing(kafka_bootstrap, kafka_admin, un
     result = outbox("topics", "describe", "--prefix", unique_prefix, "--bootstrap", kafka_bootstrap)
     assert result.returncode == 1
     assert f"{topics.half} has 2 partitions but {topics.op} has 3" in result.stderr
+
+
+def test_created_topics_are_stamped_by_the_broker(kafka_bootstrap, kafka_admin, unique_prefix):
+    """The checker's ages come from record timestamps: the producer's clock must not set them."""
+    names = TopicNames(unique_prefix)
+    created = outbox(
+        "topics", "create", "-p", "1", "--prefix", unique_prefix,
+        "--bootstrap", kafka_bootstrap, "--group", "shop",
+    )  # fmt: skip
+    assert created.returncode == 0, created.stderr
+    topics = [*names.fixed, names.check("shop")]
+    states = read_topic_states(kafka_admin, topics)
+    assert {s.config.get("message.timestamp.type") for s in states.values()} == {"LogAppendTime"}
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer.produce(names.half, b"v", timestamp=1_000)  # a producer clock in 1970
+    assert producer.flush(30) == 0
+    (record,) = read_topic({"bootstrap.servers": kafka_bootstrap}, names.half, timeout=30)
+    assert abs(record.timestamp_ms - time.time() * 1000) < 600_000
+
+
+def test_existing_topic_stamped_by_producers_is_accepted_with_a_warning(
+    kafka_bootstrap, kafka_admin, unique_prefix
+):
+    names = TopicNames(unique_prefix)
+    old = NewTopic(names.half, 1, 1, config={"message.timestamp.type": "CreateTime"})
+    kafka_admin.create_topics([old])[names.half].result(30)
+    created = outbox(
+        "topics", "create", "-p", "1", "--prefix", unique_prefix, "--bootstrap", kafka_bootstrap
+    )
+    assert created.returncode == 0, created.stderr
+    assert f"topic {names.half} has message.timestamp.type=CreateTime" in created.stderr
+    assert f"--entity-name {names.half}" in created.stderr
+    assert "--add-config message.timestamp.type=LogAppendTime" in created.stderr
+    assert names.op not in created.stderr

@@ -83,6 +83,12 @@ class MemoryLog:
     def halves(self, start: int) -> Iterator[HalfEntry]:
         return iter([e for e in self.half_entries if e.offset >= start])
 
+    def ops_settled(self) -> bool:
+        return True
+
+    def half_end(self) -> int:
+        return self.next_half_offset()
+
 
 def stored_raw(headers, half: HalfRecord, offset: int, stored_ms: int | None) -> RawRecord:
     return RawRecord(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from checker.round_writer import decode_checkpoint
 from outbox import LocalTransactionState, Message, TransactionProducer
@@ -87,7 +87,7 @@ def test_unknown_is_resolved_by_check_back_and_never_asked_again(
 def test_no_live_producer_is_checked_until_check_max_then_discarded(outbox_topics):
     half = pending_half(outbox_topics, "orphan")
     write(outbox_topics, half.to_record(outbox_topics.names, 1))
-    clock = SkewedClock()
+    clock = SkewedClock(60)  # ages count from the broker's store time: due at once
     with running_checker(outbox_topics, clock, check_max=2) as checker:
         sent = []
         for _ in range(4):
@@ -199,3 +199,32 @@ def test_a_fenced_chunk_leaves_the_partition_owned_and_checked_next_round(outbox
         assert checker.owned_partitions() == [0, 1, 2]
         assert checker.run_round().checks_sent == 1
     assert [r.half.transaction_id for r in check_requests(outbox_topics)] == ["fenced"]
+
+
+def test_an_open_kafka_transaction_on_the_op_partition_defers_the_check(outbox_topics):
+    """read_committed stops at the last stable offset: ops behind it are not "no op"."""
+    names = outbox_topics.names
+    ((_, offset),) = write(outbox_topics, pending_half(outbox_topics, "done").to_record(names, 1))
+    opener = Producer({**outbox_topics.client_config, "transactional.id": names.prefix + "-open"})
+    opener.init_transactions(30)
+    opener.begin_transaction()
+    open_op = OpRecord("elsewhere", "orders", 1, offset + 100, Resolution.COMMIT, 0)
+    opener.produce(**open_op.to_record(names).produce_kwargs())
+    opener.flush(30)  # written, not committed: the op partition's LSO stays before it
+    done_op = OpRecord("done", "orders", 1, offset, Resolution.COMMIT, 0)
+    write(outbox_topics, done_op.to_record(names))
+    ensure_check_topic(outbox_topics)
+    committed = False
+    try:
+        with running_checker(outbox_topics, SkewedClock(60)) as checker:
+            held = {p.partition: p for p in checker.run_round().partitions}[1]
+            assert held.stop_reason == "an open Kafka transaction on the op partition"
+            assert held.half_checkpoint == offset
+            opener.commit_transaction(30)
+            committed = True
+            settled = {p.partition: p for p in checker.run_round().partitions}[1]
+            assert (settled.skipped_ended, settled.checks_sent) == (1, 0)
+    finally:
+        if not committed:
+            opener.abort_transaction(30)
+    assert check_requests(outbox_topics) == []

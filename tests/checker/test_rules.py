@@ -4,13 +4,23 @@ from __future__ import annotations
 
 from checker.ended import EndedTransactions
 from checker.rules import RoundRules, StopReason, iter_round, plan_round
-from outbox.protocol import DiscardReason, Header, RawRecord
+from outbox.protocol import DiscardReason, Header, RawRecord, Resolution
 from tests.checker.memory_log import T0, TOPICS, Clock, MemoryLog, a_half
 
 RULES = RoundRules(transaction_timeout_ms=6_000, check_max=3, op_read_batch=2)
 
 
-def run(log: MemoryLog, *, half=0, op=0, clock=None, rules=RULES, ended=None, half_end=None):
+def run(
+    log: MemoryLog,
+    *,
+    half=0,
+    op=0,
+    clock=None,
+    monotonic=None,
+    rules=RULES,
+    ended=None,
+    half_end=None,
+):
     return plan_round(
         log,
         partition=0,
@@ -19,6 +29,7 @@ def run(log: MemoryLog, *, half=0, op=0, clock=None, rules=RULES, ended=None, ha
         ended=ended if ended is not None else EndedTransactions(1000),
         rules=rules,
         now_ms=clock or Clock(),
+        monotonic_ms=monotonic or Clock(0),
         half_end=half_end,
     )
 
@@ -129,14 +140,14 @@ def test_op_after_put_back_stops_checks_of_the_copy():
     assert checked(first) == ["a"]
     # The checker appended the copy; then the producer's own (late) op arrived,
     # naming the original offset.
-    log.add_half(a_half("a", check_times=1))
+    log.add_half(a_half("a", check_times=1).put_back(original, T0 - 60_000))
     log.add_op("a", original)
     second = run(log, half=first.half_checkpoint, op=first.op_checkpoint, ended=ended)
     assert second.to_check == []
     assert second.skipped_ended == 1
     # And after a restart (a fresh ended set), the op history rebuilt into it does the same.
     rebuilt = EndedTransactions(1000)
-    rebuilt.add("a")
+    rebuilt.add((0, original))
     third = run(log, half=first.half_checkpoint, op=second.op_checkpoint, ended=rebuilt)
     assert third.to_check == []
 
@@ -159,10 +170,11 @@ def test_op_checkpoint_advances_only_over_the_contiguous_done_prefix():
     log = MemoryLog()
     a = log.add_half(a_half("a"))
     log.add_half(a_half("young", born_ms=T0 - 1_000))
+    ahead = log.add_half(a_half("ahead"))
     op_a = log.add_op("a", a)  # done: its half is walked
-    op_far = log.add_op("far", 50)  # names a half past where the walk stops: not done
+    op_far = log.add_op("ahead", ahead)  # names a half past where the walk stops: not done
     log.add_op("old", 0, half_partition=0)  # also done, but after the undone one
-    plan = run(log, half_end=100)
+    plan = run(log)
     assert plan.op_checkpoint == op_far
     assert op_a < op_far
 
@@ -204,16 +216,17 @@ def test_time_budget_stops_the_partition():
     log = MemoryLog()
     for i in range(10):
         log.add_half(a_half(f"h{i}"))
-    clock = Clock(step_ms=1_000)  # every look at the clock costs a second
-    plan = run(log, clock=clock, rules=RoundRules(check_max=3, max_process_ms=5_000))
+    clock = Clock(0, step_ms=1_000)  # every look at the clock costs a second
+    plan = run(log, monotonic=clock, rules=RoundRules(check_max=3, max_process_ms=5_000))
     assert plan.stop_reason is StopReason.TIME_BUDGET
     assert 0 < len(plan.to_check) < 10
     assert plan.half_checkpoint == len(plan.to_check)
 
 
-def test_clock_behind_the_born_time_checks_at_once():
+def test_clock_behind_the_store_time_checks_at_once():
+    """The checker's clock behind the broker's (a copy's origin stored "in the future")."""
     log = MemoryLog()
-    log.add_half(a_half("future", born_ms=T0 + 10_000), stored_ms=T0 - 1)
+    log.add_half(a_half("future").put_back(7, T0 + 10_000), stored_ms=T0 - 1)
     assert checked(run(log)) == ["future"]
 
 
@@ -265,10 +278,10 @@ def test_round_is_yielded_in_chunks_with_monotonic_checkpoints():
 def test_ended_set_is_bounded():
     ended = EndedTransactions(1000)
     for i in range(1500):
-        ended.add(f"t{i}")
+        ended.add((0, i))
     assert len(ended) == 1000
-    assert "t0" not in ended
-    assert "t1499" in ended
+    assert (0, 0) not in ended
+    assert (0, 1499) in ended
 
 
 def test_halves_appended_during_the_round_stop_it_whatever_their_timestamps():
@@ -280,3 +293,105 @@ def test_halves_appended_during_the_round_stop_it_whatever_their_timestamps():
     plan = run(log, half_end=end)
     assert checked(plan) == ["due"]
     assert plan.stop_reason is StopReason.FRESH
+
+
+# ---------------------------------------------------------------- review defects
+
+
+def test_reused_transaction_id_after_a_rollback_is_still_checked():
+    """Ended is keyed on the half's identity, not on a caller-chosen transaction id."""
+    log = MemoryLog()
+    first = log.add_half(a_half("reused"))
+    log.add_op("reused", first, resolution=Resolution.ROLLBACK)
+    log.add_half(a_half("reused"))  # the retry, same id, no op yet
+    plan = run(log)
+    assert checked(plan) == ["reused"]
+    assert plan.to_check[0].offset == first + 1
+
+
+def test_copy_of_a_half_with_an_op_is_skipped_by_its_origin():
+    log = MemoryLog()
+    original = log.add_half(a_half("a"))
+    log.add_op("a", original)
+    log.add_half(a_half("a", check_times=1).put_back(original, T0 - 60_000))
+    plan = run(log)
+    assert plan.to_check == []
+    assert plan.skipped_ended == 2
+
+
+class UnsettledLog(MemoryLog):
+    """An op partition whose last stable offset is below its high watermark."""
+
+    settled: bool = False
+
+    def ops_settled(self) -> bool:
+        return self.settled
+
+
+def test_no_more_ops_behind_an_open_kafka_transaction_means_cannot_tell_yet():
+    log = UnsettledLog()
+    log.add_half(a_half("behind-open-txn"))
+    plan = run(log)
+    assert plan.to_check == []
+    assert (plan.stop_reason, plan.half_checkpoint) == (StopReason.OPS_UNSETTLED, 0)
+    log.settled = True
+    assert checked(run(log)) == ["behind-open-txn"]
+
+
+def test_reading_ops_for_one_half_is_capped_per_round():
+    log = MemoryLog()
+    log.add_half(a_half("unanswered"))
+    for i in range(500):  # a backlog of ops for other halves, all ended after the round began
+        log.add_op(f"other{i}", 1000 + i, ended_ms=T0 + 1)
+    rules = RoundRules(op_read_batch=2, max_ops_per_round=40)
+    plan = run(log, rules=rules, half_end=1)
+    assert checked(plan) == ["unanswered"]  # past the cap: asked (a second answer is harmless)
+    assert log.fills <= 40 // 2 + 1
+
+
+def test_reading_ops_for_one_half_honours_the_time_budget():
+    log = MemoryLog()
+    log.add_half(a_half("unanswered"))
+    for i in range(500):
+        log.add_op(f"other{i}", 1000 + i, ended_ms=T0 + 1)
+    rules = RoundRules(op_read_batch=2, max_process_ms=10_000)
+    plan = run(log, rules=rules, monotonic=Clock(0, step_ms=1_000), half_end=1)
+    assert plan.to_check == []
+    assert (plan.stop_reason, plan.half_checkpoint) == (StopReason.TIME_BUDGET, 0)
+    assert log.fills < 20
+
+
+def test_ops_for_halves_written_during_the_round_stay_undone():
+    """Only offsets at or past the partition's current end are bogus."""
+    log = MemoryLog()
+    log.add_half(a_half("due"))
+    end_at_start = log.next_half_offset()
+    late = log.add_half(a_half("written-during-the-round"))
+    op = log.add_op("written-during-the-round", late)
+    bogus = log.add_op("nowhere", 999)
+    plan = run(log, half_end=end_at_start)
+    assert plan.stop_reason is StopReason.FRESH
+    assert plan.op_checkpoint == op  # the op is re-read next round, where its half is
+    again = run(log, half=plan.half_checkpoint, op=plan.op_checkpoint)
+    assert again.to_check == [] and again.skipped_ended == 1
+    assert again.op_checkpoint == bogus + 1
+
+
+def test_ages_come_from_the_broker_not_the_producer_clock():
+    ahead = a_half("clock-ahead", born_ms=T0 + 3_600_000)
+    behind = a_half("clock-behind", born_ms=T0 - 100 * 3_600_000)
+    for half in (ahead, behind):
+        log = MemoryLog()
+        log.add_half(half, stored_ms=T0 - 1_000)
+        young = run(log)
+        assert young.to_check == [] and young.to_discard == []
+        assert young.stop_reason is StopReason.YOUNG
+        assert checked(run(log, clock=Clock(T0 + 5_000))) == [half.transaction_id]
+
+
+def test_a_copy_ages_from_its_original_store_time():
+    log = MemoryLog()
+    copy = a_half("copy", born_ms=T0, check_times=1).put_back(7, T0 - 73 * 3_600_000)
+    log.add_half(copy, stored_ms=T0 - 1_000)
+    plan = run(log, rules=RoundRules(check_max=3, retention_ms=72 * 3_600_000))
+    assert [d.reason for d in plan.to_discard] == [DiscardReason.RETENTION]

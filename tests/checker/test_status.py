@@ -19,6 +19,7 @@ from outbox.admin import ensure_topics, plan_topics
 from outbox.config import KafkaSettings
 from outbox.errors import TopicAdminError
 from outbox.protocol import HalfRecord, Header, OpRecord, Resolution, TopicNames
+from tests.checker.support import SkewedClock
 
 pytestmark = pytest.mark.kafka
 
@@ -167,7 +168,7 @@ def test_agrees_with_a_real_checker_round(setup, kafka_bootstrap):
     checker_settings = CheckerSettings(
         bootstrap_servers=kafka_bootstrap, topic_prefix=settings.topic_prefix, http_address=""
     )
-    checker = Checker(checker_settings)
+    checker = Checker(checker_settings, clock=SkewedClock(60))  # ages count from store time
     try:
         deadline = time.monotonic() + 60
         while not checker.owned_partitions() and time.monotonic() < deadline:
