@@ -51,6 +51,14 @@ class CheckResponder:
         self._now_ms = now_ms
         self._consumer = Consumer(
             {
+                # A producer that dies while joining its group holds every member's
+                # rebalance for the rebalance timeout (max.poll.interval.ms, 5 min by
+                # default), and one that dies after joining keeps its partitions for
+                # the session: no check is answered meanwhile. The loop below polls
+                # every few milliseconds, so both can be short; kafka_properties win.
+                "session.timeout.ms": 10_000,
+                "heartbeat.interval.ms": 3_000,
+                "max.poll.interval.ms": 30_000,
                 **client_config,
                 "group.id": consumer_group,
                 "enable.auto.commit": True,

@@ -100,6 +100,9 @@ def _start_checker(bootstrap: str, log_path: Path) -> subprocess.Popen[bytes]:
         "OUTBOX_TOPIC_PREFIX": PREFIX,
         "OUTBOX_CHECK_INTERVAL_SECONDS": "1",
         "OUTBOX_TRANSACTION_TIMEOUT_SECONDS": "2",
+        # A check a second: the default 15 checks would be spent in the half minute
+        # the producer group may take to notice its killed members.
+        "OUTBOX_CHECK_MAX": "120",
         "OUTBOX_HTTP_ADDRESS": "",
         "OUTBOX_INSTANCE_ID": "demo-checker",
     }

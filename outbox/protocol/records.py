@@ -273,7 +273,7 @@ class HalfRecord:
             origin_stored_ms=reader.optional_integer(Header.ORIGIN_STORED_MS),
         )
 
-    def put_back(self, offset: int | None = None, stored_ms: int | None = None) -> Self:
+    def put_back(self, offset: int, stored_ms: int | None) -> Self:
         """The copy the checker appends before asking: one more check, same identity.
 
         ``offset`` and ``stored_ms`` are where and when this half was stored; a
@@ -289,7 +289,7 @@ class HalfRecord:
             ),
         )
 
-    def resumed(self, offset: int | None = None, stored_ms: int | None = None) -> Self:
+    def resumed(self, offset: int, stored_ms: int | None = None) -> Self:
         """The copy ``discard resume`` re-inserts: the check count starts over, same identity."""
         return dataclasses.replace(self.put_back(offset, stored_ms), check_times=0)
 

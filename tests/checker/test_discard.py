@@ -210,7 +210,7 @@ def test_discarded_again_after_a_resume_can_be_resumed_again(discards):
 
 def test_one_half_per_transaction_even_if_discarded_twice(discards):
     discards.discard(a_half("a"), offset=7, discarded_ms=NOW_MS)
-    discards.discard(a_half("a").put_back(), offset=9, discarded_ms=NOW_MS + 1)
+    discards.discard(a_half("a").put_back(3, NOW_MS), offset=9, discarded_ms=NOW_MS + 1)
     outcome = discards.resume("a")
     assert [r.source.record.half_offset for r in outcome.resumed] == [9]
     assert len(discards.halves()) == 1

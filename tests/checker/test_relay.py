@@ -91,7 +91,7 @@ def test_first_decision_wins_and_each_commit_is_published_once(outbox_topics: Ou
     t = outbox_topics
     halves = {name: pending_half(t, f"{name}-{uuid.uuid4().hex[:6]}") for name in "abcde"}
     at = {name: write_half(t, half) for name, half in halves.items()}
-    copy_of_c = halves["c"].put_back(at["c"])
+    copy_of_c = halves["c"].put_back(at["c"], None)
     copy_at = write_half(t, copy_of_c)
     decide(t, halves["a"], at["a"], COMMIT)
     decide(t, halves["b"], at["b"], ROLLBACK)
@@ -143,7 +143,7 @@ def test_a_restarted_relay_remembers_what_it_published(outbox_topics: OutboxTopi
     with relay_of(t) as relay:
         drain(relay)
     assert published(t) == Counter({half.transaction_id: 1})
-    copy = half.put_back(offset)
+    copy = half.put_back(offset, None)
     copy_at = write_half(t, copy)
     decide(t, copy, copy_at, COMMIT, origin=offset)  # a late check answer, after the restart
     with relay_of(t) as relay:

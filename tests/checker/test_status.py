@@ -134,7 +134,7 @@ def test_scan_limit_makes_a_lower_bound(setup):
 def test_put_back_copies_count_once_and_malformed_apart(setup):
     settings, writer = setup
     original = half("x", NOW_MS - 60_000)
-    writer.halves(1, original, original.put_back(), half("y", NOW_MS - 30_000))
+    writer.halves(1, original, original.put_back(0, NOW_MS), half("y", NOW_MS - 30_000))
     writer.raw_half(1, [(Header.KIND.value, b"half"), (Header.CHECK_TIMES.value, b"??")])
     part = read_status(settings, "nobody").partitions[1]
     assert (part.pending, part.malformed, part.oldest_pending_born_ms) == (2, 1, NOW_MS - 60_000)

@@ -90,13 +90,13 @@ def test_half_without_optional_fields_round_trips():
 
 def test_put_back_adds_one_check_and_keeps_born_time():
     half = a_half(check_times=4)
-    copy = half.put_back()
+    copy = half.put_back(5, None)
     assert (copy.check_times, copy.born_ms, copy.transaction_id) == (
         5,
         half.born_ms,
         half.transaction_id,
     )
-    assert half.put_back().resumed().check_times == 0
+    assert half.put_back(5, None).resumed(9).check_times == 0
 
 
 def test_real_record_restores_the_user_record_plus_transaction_headers():
@@ -146,7 +146,7 @@ def test_discard_round_trip_and_resume(reason):
     assert back == discard
     assert (back.half_partition, back.half_offset, back.reason) == (2, 300, reason)
     assert back.original_half() == half
-    assert back.original_half().resumed().check_times == 0
+    assert back.original_half().resumed(back.half_offset).check_times == 0
 
 
 def test_discard_of_a_malformed_half_keeps_it_verbatim():

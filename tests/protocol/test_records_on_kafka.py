@@ -36,7 +36,7 @@ def test_every_kind_round_trips_through_kafka(kafka_bootstrap, kafka_admin, uniq
     assert (half_raw.partition, half_raw.timestamp_ms is not None) == (1, True)
 
     op = OpRecord(half.transaction_id, "g", 1, half_raw.offset, Resolution.COMMIT, 456)
-    check = CheckRequest(half.put_back(), 1, half_raw.offset, 789)
+    check = CheckRequest(half.put_back(half_raw.offset, None), 1, half_raw.offset, 789)
     discard = DiscardRecord.of_half(half_raw, DiscardReason.RETENTION, 1000)
     for record in (op.to_record(topics), check.to_record(topics), discard.to_record(topics)):
         producer.produce(**record.produce_kwargs())
