@@ -27,7 +27,7 @@ def run_checker(settings: CheckerSettings) -> None:
     if settings.http_address:
         server = serve(
             settings.http_address,
-            healthy=lambda: time.monotonic() - checker.last_loop_at < STALL_SECONDS,
+            healthy=lambda: time.monotonic() - checker.alive_at < STALL_SECONDS,
             ready=checker.is_ready,
         )
         log.info("probes and metrics on http://%s", settings.http_address)

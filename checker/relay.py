@@ -127,6 +127,7 @@ class Relay:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self.last_batch_at = time.monotonic()
+        """When the relay last finished a batch or found nothing to do: its liveness."""
         self._halves = HalfLookup(TopicCursor(client_config, topics.half, settings.timeout))
         self._op_history = TopicCursor(client_config, topics.op, settings.timeout)
         self._catalog = TopicCatalog(AdminClient(client_config), settings.timeout)
@@ -163,9 +164,16 @@ class Relay:
                 backoff = 0.5
             except (KafkaException, KafkaUnavailableError) as exc:
                 log.warning("relay batch failed, reading it again in %.1fs: %s", backoff, exc)
-                self._stopping.wait(backoff)
-                backoff = min(backoff * 2, 10.0)
+            except Exception:  # a thread that died would stop publication in silence
+                log.exception("relay batch failed unexpectedly, reading it again in %.1fs", backoff)
+            else:
+                continue
+            self._stopping.wait(backoff)
+            backoff = min(backoff * 2, 10.0)
+            try:
                 self._rewind()
+            except Exception:
+                log.exception("relay cannot resume yet")
 
     def stop(self) -> None:
         self._stopping.set()
@@ -280,8 +288,8 @@ class Relay:
     def pump(self, timeout: float) -> BatchReport:
         """Relay one batch of decisions (waiting up to ``timeout`` for the first)."""
         first = self._consumer.poll(timeout)
-        self.last_batch_at = time.monotonic()
         if first is None:
+            self.last_batch_at = time.monotonic()
             return BatchReport()
         messages = [first, *self._consumer.consume(self._settings.batch - 1, timeout=0)]
         records = [RawRecord.from_kafka(m) for m in messages if _usable(m)]
@@ -294,6 +302,7 @@ class Relay:
         metrics.RELAY_PUBLISHED.inc(report.published)
         metrics.RELAY_SECOND_DECISIONS.inc(report.second_decisions)
         metrics.RELAY_UNPUBLISHABLE.inc(report.unpublishable)
+        self.last_batch_at = time.monotonic()
         return report
 
     def _relay(self, records: list[RawRecord]) -> BatchReport:

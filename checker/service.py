@@ -210,6 +210,13 @@ class Checker:
         while not self._stopping.is_set() and (remaining := deadline - time.monotonic()) > 0:
             self.poll_membership(min(0.5, remaining))
 
+    @property
+    def alive_at(self) -> float:
+        """When both the rounds' loop and the relay last made progress (the older of the two)."""
+        if self.relay is None:
+            return self.last_loop_at
+        return min(self.last_loop_at, self.relay.last_batch_at)
+
     def start_relay(self) -> Relay | None:
         """Start this replica's relay thread (unless ``relay`` is off); idempotent."""
         if self.relay is None and self.settings.relay:
