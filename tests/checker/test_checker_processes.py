@@ -16,6 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from outbox.dev.processes import free_port
+from outbox.protocol import OutgoingRecord
 from tests.checker.support import (
     check_requests,
     ensure_check_topic,
@@ -26,6 +27,16 @@ from tests.checker.support import (
 from tests.producer.conftest import OutboxTopics
 
 pytestmark = pytest.mark.kafka
+
+
+TIMEOUT_SECONDS = 1.0
+"""The checkers' transaction timeout: a half's age counts from its store time (the broker's)."""
+
+
+def write_due(topics: OutboxTopics, *records: OutgoingRecord) -> None:
+    """Write halves, then wait until they are past the checkers' transaction timeout."""
+    write(topics, *records)
+    time.sleep(TIMEOUT_SECONDS * 1.5)
 
 
 class CheckerProcess:
@@ -43,6 +54,7 @@ class CheckerProcess:
                 "OUTBOX_INSTANCE_ID": instance,
                 "OUTBOX_HTTP_ADDRESS": f"127.0.0.1:{self.port}",
                 "OUTBOX_CHECK_INTERVAL_SECONDS": "3600",  # one round at start, then idle
+                "OUTBOX_TRANSACTION_TIMEOUT_SECONDS": str(TIMEOUT_SECONDS),
                 "OUTBOX_KAFKA_TRANSACTION_TIMEOUT_MS": "10000",
                 "OUTBOX_KAFKA_PROPERTIES": '{"session.timeout.ms": "6000",'
                 ' "heartbeat.interval.ms": "1000"}',
@@ -100,7 +112,7 @@ def processes(outbox_topics: OutboxTopics) -> Iterator[list[CheckerProcess]]:
 
 def test_kill_9_mid_round_loses_no_half_and_repeats_no_copy(outbox_topics: OutboxTopics, processes):
     count = 20_000
-    write(
+    write_due(
         outbox_topics,
         *(
             pending_half(outbox_topics, f"t{i}").to_record(outbox_topics.names, i % 3)
@@ -153,7 +165,7 @@ def test_two_replicas_split_partitions_and_one_takes_over(outbox_topics: OutboxT
     # The survivor runs a round for partitions it gains (their checkpoints load
     # at their first round), so restart its interval with a fresh process.
     b.terminate()
-    write(
+    write_due(
         outbox_topics,
         *(pending_half(outbox_topics, f"p{p}").to_record(outbox_topics.names, p) for p in range(3)),
     )
@@ -164,7 +176,7 @@ def test_two_replicas_split_partitions_and_one_takes_over(outbox_topics: OutboxT
 
 
 def test_sigterm_exits_0_after_committing(outbox_topics: OutboxTopics, processes):
-    write(outbox_topics, pending_half(outbox_topics, "one").to_record(outbox_topics.names, 0))
+    write_due(outbox_topics, pending_half(outbox_topics, "one").to_record(outbox_topics.names, 0))
     checker = CheckerProcess(outbox_topics, "replica-a")
     processes.append(checker)
     wait_for(checker.ready, 90, "/readyz")
