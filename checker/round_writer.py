@@ -183,9 +183,8 @@ class RoundWriter:
                 copies.append((copy, offset))
             for entry in chunk.to_requeue:
                 assert entry.half is not None
-                producer.produce(
-                    **entry.half.to_record(self._topics, chunk.partition).produce_kwargs()
-                )
+                moved = entry.half.requeued(entry.offset, entry.stored_ms)
+                producer.produce(**moved.to_record(self._topics, chunk.partition).produce_kwargs())
             for discard in chunk.to_discard:
                 record = DiscardRecord.of_half(
                     discard.entry.raw, discard.reason, now_ms(), discard.detail

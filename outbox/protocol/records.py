@@ -289,6 +289,10 @@ class HalfRecord:
             ),
         )
 
+    def requeued(self, offset: int, stored_ms: int | None) -> Self:
+        """A copy of a half inside its own immunity time: moved unchecked, same identity."""
+        return dataclasses.replace(self.put_back(offset, stored_ms), check_times=self.check_times)
+
     def resumed(self, offset: int, stored_ms: int | None = None) -> Self:
         """The copy ``discard resume`` re-inserts: the check count starts over, same identity."""
         return dataclasses.replace(self.put_back(offset, stored_ms), check_times=0)

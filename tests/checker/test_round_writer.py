@@ -92,3 +92,20 @@ def test_an_abandoned_chunk_does_not_abort_the_next_one(outbox_topics: OutboxTop
     group.close()
     assert outcome and isinstance(outcome[0], ChunkResult), outcome
     assert [r.half.transaction_id for r in check_requests(t)] == ["next"]
+
+
+def test_a_requeued_half_keeps_its_identity(outbox_topics: OutboxTopics):
+    """A half inside its own immunity time is moved to the end of its partition, not
+    checked; its decision (naming the original offset) must still decide the moved copy."""
+    t = outbox_topics
+    writer = new_writer(t)
+    group = Consumer({**t.client_config, "group.id": f"{t.names.prefix}.checker"})
+    half = pending_half(t, "immune", immunity_seconds=600)
+    chunk = RoundChunk(
+        0, to_requeue=[HalfEntry(RawRecord("half", 0, 41), 1_000, half)], half_checkpoint=42
+    )
+    writer.write(chunk, group.consumer_group_metadata(), lambda: 0)
+    writer.close()
+    group.close()
+    (moved,) = [HalfRecord.from_record(r) for r in t.read(t.names.half)]
+    assert (moved.identity(99), moved.origin_stored_ms, moved.check_times) == (41, 1_000, 0)

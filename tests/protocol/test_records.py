@@ -358,3 +358,9 @@ def test_the_lean_real_record_refuses_a_half_without_its_real_topic():
     headers = tuple((n, v) for n, v in out.headers if n != Header.REAL_TOPIC)
     with pytest.raises(MalformedRecordError, match="outbox-real-topic"):
         real_record_of_half(RawRecord("outbox.half", 0, 9, out.key, out.value, headers))
+
+
+def test_a_requeued_half_keeps_its_identity_and_its_check_count():
+    """A half inside its own immunity time is moved to the end unchecked: still the same half."""
+    moved = a_half(check_times=2).requeued(11, 4_000)
+    assert (moved.identity(50), moved.check_times, moved.origin_stored_ms) == (11, 2, 4_000)
