@@ -145,7 +145,7 @@ def answer(bootstrap: str, prefix: str, group: str, check_threads: int) -> None:
     )
     with TransactionProducer(group, listener, settings):
         print(json.dumps({"ready": True}), flush=True)
-        while not stop.wait(0.5):
+        while not stop.wait(0.1):
             print(json.dumps({"answered": listener.checked}), flush=True)
     print(json.dumps({"answered": listener.checked, "final": True}), flush=True)
 
