@@ -1,14 +1,17 @@
 """``make bench``: every benchmark on one broker, and one table of the figures that matter.
 
-:mod:`bench.producer`, :mod:`bench.checker` and :mod:`bench.sink` run in turn
-against one Kafka broker, started once here (or ``--bootstrap-servers``): a
-broker start per bench costs start-up time on the small machines these run on,
-and one broker keeps the three sets of figures comparable. The benches use
-topics of their own names, so they do not see each other's records.
+:mod:`bench.producer`, :mod:`bench.checker`, :mod:`bench.relay`,
+:mod:`bench.visible` and :mod:`bench.sink` run in turn against one Kafka
+broker, started once here (or ``--bootstrap-servers``): a broker start per
+bench costs start-up time on the small machines these run on, and one broker
+keeps the sets of figures comparable (the visible bench's throughput is set
+against the producer bench's plain sends). The benches use topics of their own
+names, so they do not see each other's records.
 
 Each bench is configured by its own command line parser (its defaults, its
 checks), fed ``--quick``'s small counts and then whatever ``--producer-args``,
-``--checker-args`` or ``--sink-args`` say, so every knob of a bench is
+``--checker-args``, ``--relay-args``, ``--visible-args`` or ``--sink-args``
+say, so every knob of a bench is
 reachable here without being declared twice. A bad flag fails before the
 broker starts. Each bench prints its progress and its own table as it runs;
 then comes one table of the headline figures, ``bench/results/all.json``
@@ -149,7 +152,7 @@ def _run_against(console: Console, options: Options, bootstrap: str, broker_pid:
         ("producer", "plain vs outbox sync sends", options.producer, producer.measure),
         (
             "checker",
-            "scan rate" + (" and peak RSS" if rss else ""),
+            "scan rate, answers/s" + (" and peak RSS" if rss else ""),
             options.checker,
             checker.measure,
         ),
