@@ -22,13 +22,14 @@ import argparse
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
@@ -151,8 +152,11 @@ class Report:
         return {"results": [asdict(r) for r in self.results], "ok": self.ok}
 
 
-def start_checker(bootstrap: str, prefix: str) -> subprocess.Popen[bytes]:
-    """The checker sidecar (and its relay) as its own process, rounds effectively off."""
+def start_checker(bootstrap: str, prefix: str, log: IO[bytes]) -> subprocess.Popen[bytes]:
+    """The checker sidecar (and its relay) as its own process, rounds effectively off.
+
+    Its log goes to a file, not a pipe: a pipe nobody reads would stop it once full.
+    """
     env = {
         **os.environ,
         "OUTBOX_BOOTSTRAP_SERVERS": bootstrap,
@@ -164,7 +168,7 @@ def start_checker(bootstrap: str, prefix: str) -> subprocess.Popen[bytes]:
         [sys.executable, "-m", "outbox", "checker"],
         env=env,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stderr=log,
     )
 
 
@@ -250,37 +254,56 @@ def measure(console: Console, options: Options, bootstrap: str, broker_pid: int 
             TopicSpec(f"{prefix}.events", options.partitions, 1),
         ],
     )
-    checker = start_checker(bootstrap, prefix)
-    results = []
-    try:
-        for mode in options.modes:
-            console.print(
-                f"[bold cyan]==>[/] {mode} senders={options.senders}, checker relaying: "
-                f"warm-up {options.warmup:g}s, measuring {options.seconds:g}s",
-                highlight=False,
-            )
-            if checker.poll() is not None:
-                raise RuntimeError(f"the checker exited: {checker.stderr.read().decode()[-2000:]}")
-            result = run_mode(options, bootstrap, prefix, mode, broker_pid)
-            results.append(result)
-            if not result.available:
-                console.print(f"    unavailable: {result.unavailable_reason}", highlight=False)
-                continue
-            console.print(
-                f"    {result.msgs_per_s:,.0f} msg/s; visible p50/p99/max "
-                f"{result.visible_p50_ms} / {result.visible_p99_ms} / {result.visible_max_ms} ms; "
-                f"{result.visible:,} of {result.committed:,} commits seen, "
-                f"{result.errors} errors, other cpu {result.other_cpu_pct}%",
-                highlight=False,
-            )
-    finally:
-        checker.terminate()
+    with tempfile.TemporaryFile() as log:
+        checker = start_checker(bootstrap, prefix, log)
         try:
-            checker.wait(30)
-        except subprocess.TimeoutExpired:
-            checker.kill()
-            checker.wait()
+            results = [
+                _mode_with_progress(
+                    console, options, bootstrap, prefix, mode, broker_pid, checker, log
+                )
+                for mode in options.modes
+            ]
+        finally:
+            checker.terminate()
+            try:
+                checker.wait(30)
+            except subprocess.TimeoutExpired:
+                checker.kill()
+                checker.wait()
     return Report(results)
+
+
+def _mode_with_progress(
+    console: Console,
+    options: Options,
+    bootstrap: str,
+    prefix: str,
+    mode: str,
+    broker_pid: int | None,
+    checker: subprocess.Popen[bytes],
+    log: IO[bytes],
+) -> ModeResult:
+    console.print(
+        f"[bold cyan]==>[/] {mode} senders={options.senders}, checker relaying: "
+        f"warm-up {options.warmup:g}s, measuring {options.seconds:g}s",
+        highlight=False,
+    )
+    if checker.poll() is not None:
+        log.seek(0)
+        tail = log.read().decode(errors="replace")[-2000:]
+        raise RuntimeError(f"the checker exited {checker.returncode}: {tail}")
+    result = run_mode(options, bootstrap, prefix, mode, broker_pid)
+    if not result.available:
+        console.print(f"    unavailable: {result.unavailable_reason}", highlight=False)
+    else:
+        console.print(
+            f"    {result.msgs_per_s:,.0f} msg/s; visible p50/p99/max "
+            f"{result.visible_p50_ms} / {result.visible_p99_ms} / {result.visible_max_ms} ms; "
+            f"{result.visible:,} of {result.committed:,} commits seen, "
+            f"{result.errors} errors, other cpu {result.other_cpu_pct}%",
+            highlight=False,
+        )
+    return result
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Options:
