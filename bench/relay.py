@@ -119,7 +119,7 @@ def write_decided(bootstrap: str, topics: TopicNames, count: int, value_bytes: i
     return time.monotonic() - began
 
 
-def _real_count(bootstrap: str, topic: str) -> int:
+def real_count(bootstrap: str, topic: str) -> int:
     """Records a ``read_committed`` reader sees in the real topic (its one partition)."""
     consumer = Consumer(
         {
@@ -144,6 +144,37 @@ def _real_count(bootstrap: str, topic: str) -> int:
         return count
     finally:
         consumer.close()
+
+
+def drain_relay(bootstrap: str, topics: TopicNames, quiet_seconds: float = 3.0) -> int:
+    """Relay every decision on ``topics``' op topic until none came for ``quiet_seconds``.
+
+    For benches that time producers alone: the decisions they wrote are
+    published afterwards, so their real records can be counted. Returns the
+    records published.
+    """
+    relay = Relay(
+        {"bootstrap.servers": bootstrap},
+        topics,
+        group_id=f"{topics.prefix}.relay",
+        transactional_id=f"{topics.prefix}.relay.bench",
+    )
+    published = 0
+    try:
+        deadline = time.monotonic() + 60
+        while not relay.partitions:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the relay got no op partitions within 60s")
+            published += relay.pump(0.2).published
+        last = time.monotonic()
+        while time.monotonic() - last < quiet_seconds:
+            report = relay.pump(0.2)
+            if report.decisions:
+                published += report.published
+                last = time.monotonic()
+    finally:
+        relay.close()
+    return published
 
 
 def measure(console: Console, options: Options, bootstrap: str, broker_pid: int | None) -> Report:
@@ -191,7 +222,7 @@ def measure(console: Console, options: Options, bootstrap: str, broker_pid: int 
             relay.close()
         # The first batch ran before the clock started: its decisions are not counted.
         timed = max(1, options.commits - first.decisions)
-        real = _real_count(bootstrap, f"{topics.prefix}.events")
+        real = real_count(bootstrap, f"{topics.prefix}.events")
         top = None
         if profiler is not None:
             out = io.StringIO()
