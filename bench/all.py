@@ -1,14 +1,17 @@
 """``make bench``: every benchmark on one broker, and one table of the figures that matter.
 
-:mod:`bench.producer`, :mod:`bench.checker` and :mod:`bench.sink` run in turn
-against one Kafka broker, started once here (or ``--bootstrap-servers``): a
-broker start per bench costs start-up time on the small machines these run on,
-and one broker keeps the three sets of figures comparable. The benches use
-topics of their own names, so they do not see each other's records.
+:mod:`bench.producer`, :mod:`bench.checker`, :mod:`bench.relay`,
+:mod:`bench.visible` and :mod:`bench.sink` run in turn against one Kafka
+broker, started once here (or ``--bootstrap-servers``): a broker start per
+bench costs start-up time on the small machines these run on, and one broker
+keeps the sets of figures comparable (the visible bench's throughput is set
+against the producer bench's plain sends). The benches use topics of their own
+names, so they do not see each other's records.
 
 Each bench is configured by its own command line parser (its defaults, its
 checks), fed ``--quick``'s small counts and then whatever ``--producer-args``,
-``--checker-args`` or ``--sink-args`` say, so every knob of a bench is
+``--checker-args``, ``--relay-args``, ``--visible-args`` or ``--sink-args``
+say, so every knob of a bench is
 reachable here without being declared twice. A bad flag fails before the
 broker starts. Each bench prints its progress and its own table as it runs;
 then comes one table of the headline figures, ``bench/results/all.json``
@@ -34,7 +37,7 @@ from typing import Any, Protocol, TypeVar
 from rich.console import Console
 from rich.table import Table
 
-from bench import checker, producer, sink
+from bench import checker, producer, relay, sink, visible
 from bench.common import (
     bench_main,
     count_label,
@@ -54,11 +57,14 @@ BROKER_HEAP = "1g"
 QUICK_ARGS: dict[str, list[str]] = {
     "producer": ["--seconds", "2", "--warmup", "0.5"],
     "checker": ["--halves", "5000", "--rss-halves", "50000"],
+    "relay": ["--commits", "5000"],
+    "visible": ["--seconds", "2", "--warmup", "0.5"],
     "sink": ["--events", "2000", "--live-seconds", "5", "--rate", "50"],
 }
 """``--quick``: a smoke run of a few minutes that exercises every figure, not a measurement."""
 
 T = TypeVar("T")
+AnyReport = producer.Report | checker.Report | relay.Report | visible.Report | sink.Report
 
 
 class _BenchOptions(Protocol):
@@ -74,6 +80,8 @@ class Options:
 
     producer: producer.Options | None
     checker: checker.Options | None
+    relay: relay.Options | None
+    visible: visible.Options | None
     sink: sink.Options | None
     argv: dict[str, list[str]]
     """The command line each bench was configured from, kept in the JSON."""
@@ -88,15 +96,23 @@ class Results:
 
     producer: producer.Report | None = None
     checker: checker.Report | None = None
+    relay: relay.Report | None = None
+    visible: visible.Report | None = None
     sink: sink.Report | None = None
     errors: dict[str, str] = field(default_factory=dict)
     """Bench name -> the exception that ended it."""
     seconds: dict[str, float] = field(default_factory=dict)
     """Bench name -> its wall time."""
 
-    def reports(self) -> dict[str, producer.Report | checker.Report | sink.Report | None]:
+    def reports(self) -> dict[str, AnyReport | None]:
         """Bench name -> its report, in the order they run."""
-        return {"producer": self.producer, "checker": self.checker, "sink": self.sink}
+        return {
+            "producer": self.producer,
+            "checker": self.checker,
+            "relay": self.relay,
+            "visible": self.visible,
+            "sink": self.sink,
+        }
 
     def verdicts(self, options: Options) -> dict[str, str]:
         """Per bench: ``ok``, ``FAILED`` (its own checks), ``ERROR`` or ``skipped``."""
@@ -136,9 +152,16 @@ def _run_against(console: Console, options: Options, bootstrap: str, broker_pid:
         ("producer", "plain vs outbox sync sends", options.producer, producer.measure),
         (
             "checker",
-            "scan rate" + (" and peak RSS" if rss else ""),
+            "scan rate, answers/s" + (" and peak RSS" if rss else ""),
             options.checker,
             checker.measure,
+        ),
+        ("relay", "commits/s published from one half partition", options.relay, relay.measure),
+        (
+            "visible",
+            "commit-to-visible latency, checker relaying in its own process",
+            options.visible,
+            visible.measure,
         ),
         ("sink", "Spark sink rows/s (--once), commit-to-row delay", options.sink, sink.measure),
     ]
@@ -259,6 +282,12 @@ def _table(results: Results, options: Options, verdicts: dict[str, str]) -> Tabl
     sections: list[tuple[str, str, list[Row]]] = [
         ("producer", "sync sends", _producer_rows(results.producer, options.producer)),
         ("checker", "1 half partition", _checker_rows(results.checker, options.checker)),
+        ("relay", "1 half partition", _relay_rows(results.relay, options.relay)),
+        (
+            "visible",
+            "checker sidecar relaying",
+            _visible_rows(results.visible, results.producer, options.visible),
+        ),
         ("sink", "Spark → Parquet", _sink_rows(results.sink, options.sink)),
     ]
     for name, about, rows in sections:
@@ -335,6 +364,16 @@ def _checker_rows(report: checker.Report | None, options: checker.Options | None
             f"{rounds} round{'s' if rounds != 1 else ''}",
         )
     ]
+    if scan.checks_answered is not None:
+        rows.append(
+            (
+                "answers/s (producer group)",
+                _num(scan.answers_per_s),
+                "",
+                f"{scan.checks_answered:,} of {scan.walk.checks_sent:,} checks answered COMMIT "
+                "after the walk, by a producer process of its own",
+            )
+        )
     figure_name = f"peak RSS MiB at {options.rss_halves:,} pending"
     if rss is None:
         rows.append((figure_name, "-", "", "skipped (--skip-rss)"))
@@ -349,6 +388,74 @@ def _checker_rows(report: checker.Report | None, options: checker.Options | None
             )
         )
     return rows
+
+
+def _relay_rows(report: relay.Report | None, options: relay.Options | None) -> list[Row]:
+    if report is None or options is None:
+        return []
+    ok = report.commits_per_s >= relay.AIM_COMMITS_PER_S
+    exact = "[green]exactly once[/]" if report.ok else "[red]NOT exactly once[/]"
+    cpu = report.cpu_pct
+    return [
+        (
+            "commits/s published",
+            _num(report.commits_per_s),
+            f">= {relay.AIM_COMMITS_PER_S:,} {'ok' if ok else 'BELOW'}",
+            f"{report.commits:,} commits of {report.value_bytes} B, batch {report.batch}; "
+            f"cpu% relay {_num(cpu.get('bench_process'))} broker {_num(cpu.get('broker'))}",
+        ),
+        (
+            "real records / commits",
+            f"{report.real_records:,} / {report.commits:,}",
+            "equal",
+            exact,
+        ),
+    ]
+
+
+def _visible_rows(
+    report: visible.Report | None,
+    producer_report: producer.Report | None,
+    options: visible.Options | None,
+) -> list[Row]:
+    if report is None or options is None:
+        return []
+    n = options.senders
+    plain = producer_report.at(n)[0] if producer_report else None
+    rows: list[Row] = []
+    for mode in options.modes:
+        result = report.of(mode)
+        if result is None:
+            continue
+        if not result.available:
+            rows.append((f"{mode} msg/s", "-", "", f"unavailable: {result.unavailable_reason}"))
+            continue
+        ratio = _ratio_to(result.msgs_per_s, plain)
+        p99_ok = result.visible_p99_ms is not None and result.visible_p99_ms <= (
+            visible.AIM_VISIBLE_P99_MS
+        )
+        rows += [
+            (
+                f"{mode} msg/s (ratio to plain)",
+                f"{_num(result.msgs_per_s)} ({_num(ratio, '.3f')})",
+                "",
+                f"at {n} senders; plain from the producer bench",
+            ),
+            (
+                f"{mode} commit-to-visible p50 / p99 ms",
+                f"{_num(result.visible_p50_ms, ',.1f')} / {_num(result.visible_p99_ms, ',.1f')}",
+                f"p99 <= {visible.AIM_VISIBLE_P99_MS:g} {'ok' if p99_ok else 'ABOVE'}",
+                f"{result.visible:,} of {result.committed:,} commits seen by a read_committed "
+                f"reader; max {_num(result.visible_max_ms, ',.1f')} ms",
+            ),
+        ]
+    return rows
+
+
+def _ratio_to(msgs_per_s: float | None, plain: producer.CellResult | None) -> float | None:
+    if msgs_per_s is None or plain is None or not plain.msgs_per_s:
+        return None
+    return msgs_per_s / plain.msgs_per_s
 
 
 def _sink_rows(report: sink.Report | None, options: sink.Options | None) -> list[Row]:
@@ -381,13 +488,27 @@ def _summary(results: Results, options: Options) -> list[tuple[str, float | None
     """
     p = results.producer.summary if results.producer else {}
     senders = p.get("senders", 64)
-    c, s = results.checker, results.sink
+    c, s, r = results.checker, results.sink, results.relay
+    v_senders = options.visible.senders if options.visible else senders
+    sync = results.visible.of("sync") if results.visible else None
+    oneway = results.visible.of("oneway") if results.visible else None
+    plain = results.producer.at(v_senders)[0] if results.producer else None
     rss_at = count_label(options.checker.rss_halves if options.checker else 1_000_000)
     return [
         (f"ratio_at_{senders}", p.get("ratio"), ".3f"),
         (f"outbox_msgs_per_s_at_{senders}", p.get("outbox_msgs_per_s"), ".0f"),
         ("end_p99_ms", p.get("end_p99_ms"), ".1f"),
+        (
+            f"oneway_ratio_at_{v_senders}",
+            _ratio_to(oneway.msgs_per_s, plain) if oneway else None,
+            ".3f",
+        ),
+        ("visible_p50_ms", sync.visible_p50_ms if sync else None, ".1f"),
+        ("visible_p99_ms", sync.visible_p99_ms if sync else None, ".1f"),
+        ("oneway_visible_p99_ms", oneway.visible_p99_ms if oneway else None, ".1f"),
+        ("relay_commits_per_s", r.commits_per_s if r else None, ".0f"),
         ("checker_halves_per_s", c.scan.halves_per_s if c else None, ".0f"),
+        ("answers_per_s", c.scan.answers_per_s if c else None, ".0f"),
         (f"checker_rss_mb_at_{rss_at}", c.rss_mb if c else None, ".0f"),
         ("sink_rows_per_s", s.throughput.rows_per_s if s else None, ".0f"),
         ("sink_delay_p50_ms", s.delay.delay_p50_ms if s else None, ".0f"),
@@ -428,6 +549,8 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
     parser.add_argument("--skip-producer", action="store_true")
     parser.add_argument("--skip-checker", action="store_true")
     parser.add_argument("--skip-rss", action="store_true", help="the checker's scan rate only")
+    parser.add_argument("--skip-relay", action="store_true")
+    parser.add_argument("--skip-visible", action="store_true")
     parser.add_argument("--skip-sink", action="store_true", help="no Spark")
     for name in QUICK_ARGS:
         parser.add_argument(
@@ -456,6 +579,8 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
     return Options(
         producer=configured("producer", producer.parse_args),
         checker=configured("checker", checker.parse_args),
+        relay=configured("relay", relay.parse_args),
+        visible=configured("visible", visible.parse_args),
         sink=configured("sink", sink.parse_args),
         argv=bench_argv,
         quick=args.quick,

@@ -4,14 +4,16 @@ Two measurements, each on topics of its own (one half partition, so the rate
 is a per-partition figure):
 
 * **scan rate**: 100 000 pending halves (1 KiB values, born ten minutes ago, so
-  every one is due) are written with a plain idempotent producer; a
-  :class:`~outbox.producer.TransactionProducer` of the halves' producer group
-  runs meanwhile with a listener that answers every check with COMMIT at once,
-  as a live service would. :class:`checker.service.Checker` then runs rounds
-  in-process, back to back, until its half checkpoint has passed the backlog.
-  The figure is the checker's: check requests sent per second of round time
-  (``RoundReport.seconds``, so joining the group is not counted). Afterwards the
-  ops the producer wrote are counted, to show every check was real and answered.
+  every one is due) are written with a plain idempotent producer.
+  :class:`checker.service.Checker` then runs rounds in-process, back to back,
+  until its half checkpoint has passed the backlog. The figure is the
+  checker's alone: check requests sent per second of round time
+  (``RoundReport.seconds``, so joining the group is not counted).
+* **answers/s**: only then does a :class:`~outbox.producer.TransactionProducer`
+  of the halves' producer group start (a process of its own) and answer every
+  waiting check with COMMIT at once; checks answered per second, from its first
+  answer to its last, is the producer group's figure. Afterwards the ops it wrote
+  are counted, to show every check was real and answered.
 * **peak RSS**: 1 000 000 pending halves (100 B values, to keep the write
   short) are walked by a checker in a child process
   (``python -m bench.checker_driver``); its peak resident set (VmHWM) is the
@@ -50,7 +52,7 @@ from confluent_kafka.admin import AdminClient
 from rich.console import Console
 from rich.table import Table
 
-from bench.checker_driver import WalkResult, skewed_clock, walk_backlog
+from bench.checker_driver import Answerer, WalkResult, skewed_clock, walk_backlog
 from bench.common import (
     bench_main,
     count_label,
@@ -205,6 +207,8 @@ class ScanResult:
     checks_answered: int | None
     ops_written: int | None
     answer_wait_seconds: float | None
+    answers_per_s: float | None
+    """Checks the producer group answered a second, measured after the walk, on its own."""
     cpu_pct: dict[str, float | None]
 
 
@@ -222,7 +226,7 @@ def scan_phase(
     )
     console.print(f"    backlog written in {write_seconds:.1f}s", highlight=False)
     answerer = (
-        _Answerer(bootstrap, topics.prefix, options.check_threads) if options.answer else None
+        Answerer(bootstrap, topics.prefix, GROUP, options.check_threads) if options.answer else None
     )
     checker_settings = CheckerSettings(
         bootstrap_servers=bootstrap, topic_prefix=topics.prefix, http_address=""
@@ -236,15 +240,8 @@ def scan_phase(
             highlight=False,
         )
 
-    answered = ops = wait = None
+    answered = ops = wait = answers_per_s = None
     try:
-        if answerer is not None:
-            answerer.start()
-            console.print(
-                f"    producer group {GROUP} answering checks at once, in a process of its own "
-                f"({options.check_threads} check threads)",
-                highlight=False,
-            )
         console.print("[bold cyan]==>[/] (a) walking the backlog (rounds back to back)")
         with CpuWindow(broker_pid) as cpu:
             walk = walk_backlog(
@@ -254,11 +251,21 @@ def scan_phase(
                 progress=progress,
             )
         if answerer is not None:
+            # Only now, so that the scan rate is the checker's alone and the answering
+            # rate the producer group's alone: the checks wait in their topic meanwhile.
+            console.print(
+                f"[bold cyan]==>[/] (a) producer group {GROUP} answering the "
+                f"{walk.checks_sent:,} checks COMMIT, in a process of its own "
+                f"({options.check_threads} check threads)",
+                highlight=False,
+            )
+            answerer.start()
             wait = answerer.wait_for(walk.checks_sent)
             answered = answerer.answered
+            answers_per_s = answerer.rate()
             console.print(
                 f"    producer answered {answered:,} of {walk.checks_sent:,} checks "
-                f"({wait:.1f}s after the walk)",
+                f"in {wait:.1f}s: {_fmt(answers_per_s)} answers/s",
                 highlight=False,
             )
     finally:
@@ -278,75 +285,9 @@ def scan_phase(
         checks_answered=answered,
         ops_written=ops,
         answer_wait_seconds=None if wait is None else round(wait, 1),
+        answers_per_s=None if answers_per_s is None else round(answers_per_s, 1),
         cpu_pct=cpu.pct,
     )
-
-
-class _Answerer:
-    """The producer group, answering every check COMMIT, as a child process."""
-
-    def __init__(self, bootstrap: str, prefix: str, check_threads: int) -> None:
-        self._argv = [
-            sys.executable,
-            "-m",
-            "bench.checker_driver",
-            "--bootstrap-servers",
-            bootstrap,
-            "--prefix",
-            prefix,
-            "--answer-group",
-            GROUP,
-            "--check-threads",
-            str(check_threads),
-        ]
-        self._child: subprocess.Popen[str] | None = None
-        self._reader: threading.Thread | None = None
-        self._ready = threading.Event()
-        self.answered = 0
-
-    def start(self, timeout: float = 60.0) -> None:
-        self._child = subprocess.Popen(
-            self._argv, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1]
-        )
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-        if not self._ready.wait(timeout):
-            self.stop()
-            raise RuntimeError(f"the answering producer did not start within {timeout:g}s")
-
-    def _read(self) -> None:
-        assert self._child is not None and self._child.stdout is not None
-        for line in self._child.stdout:
-            try:
-                message = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if message.get("ready"):
-                self._ready.set()
-            if "answered" in message:
-                self.answered = int(message["answered"])
-
-    def wait_for(self, sent: int, stall: float = 30.0) -> float:
-        """Until ``sent`` checks were answered, or none for ``stall`` s; seconds waited."""
-        began = time.monotonic()
-        last, last_change = -1, began
-        while self.answered < sent and time.monotonic() - last_change < stall:
-            if self.answered != last:
-                last, last_change = self.answered, time.monotonic()
-            time.sleep(0.5)
-        return time.monotonic() - began
-
-    def stop(self) -> None:
-        if self._child is None:
-            return
-        self._child.terminate()
-        try:
-            self._child.wait(60)
-        except subprocess.TimeoutExpired:
-            self._child.kill()
-            self._child.wait()
-        if self._reader is not None:
-            self._reader.join(5)
 
 
 # --------------------------------------------------------------------------- (b) peak RSS
@@ -518,6 +459,16 @@ def _table(scan: ScanResult, rss: RssResult | None) -> Table:
         f"{scan.halves_per_s:,.0f}",
         f">= {AIM_HALVES_PER_S:,} {verdict}",
     )
+    if scan.checks_answered is not None:
+        table.add_row(
+            "answers/s (producer group)",
+            f"{scan.walk.checks_sent:,} checks",
+            "",
+            f"{scan.checks_answered:,} answered",
+            _fmt(scan.answer_wait_seconds, ".1f"),
+            _fmt(scan.answers_per_s),
+            "",
+        )
     if rss is not None and rss.walk is not None:
         peak = rss.peak_rss_mb
         verdict = "ok" if peak is not None and peak < AIM_RSS_MB else "ABOVE"
@@ -647,7 +598,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         "--no-answer",
         dest="answer",
         action="store_false",
-        help="no producer group answering the checks during the scan",
+        help="no producer group answering the checks after the scan",
     )
     parser.add_argument("--check-threads", type=int, default=16, help="the producer's")
     parser.add_argument("--skip-rss", action="store_true", help="only the scan rate")

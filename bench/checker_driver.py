@@ -18,6 +18,8 @@ import json
 import logging
 import resource
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -128,6 +130,95 @@ class CommitAtOnce:
         return LocalTransactionState.COMMIT_MESSAGE
 
 
+class Answerer:
+    """The producer group answering every check COMMIT: this module as a child process."""
+
+    def __init__(self, bootstrap: str, prefix: str, group: str, check_threads: int) -> None:
+        self._argv = [
+            sys.executable,
+            "-m",
+            "bench.checker_driver",
+            "--bootstrap-servers",
+            bootstrap,
+            "--prefix",
+            prefix,
+            "--answer-group",
+            group,
+            "--check-threads",
+            str(check_threads),
+        ]
+        self._child: subprocess.Popen[str] | None = None
+        self._reader: threading.Thread | None = None
+        self._ready = threading.Event()
+        self.answered = 0
+        self._ready_at = 0.0
+        self._first: tuple[float, int] | None = None
+        """(when, count) of the first report of an answer: the group had joined."""
+        self._last_at = 0.0
+
+    def start(self, timeout: float = 60.0) -> None:
+        self._child = subprocess.Popen(
+            self._argv, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1]
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        if not self._ready.wait(timeout):
+            self.stop()
+            raise RuntimeError(f"the answering producer did not start within {timeout:g}s")
+
+    def _read(self) -> None:
+        assert self._child is not None and self._child.stdout is not None
+        for line in self._child.stdout:
+            try:
+                message = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            now = time.monotonic()
+            if message.get("ready"):
+                self._ready_at = now
+                self._ready.set()
+            if "answered" in message and int(message["answered"]) != self.answered:
+                self.answered = int(message["answered"])
+                self._last_at = now
+                if self._first is None:
+                    self._first = (now, self.answered)
+
+    def rate(self) -> float | None:
+        """Answers a second from the first reported answer to the last.
+
+        Counted from the first answer, so the group join is not in it; when every
+        answer came in one report, from the child's start instead (an underestimate).
+        """
+        if self._first is None:
+            return None
+        at, count = self._first
+        if self._last_at > at:
+            return (self.answered - count) / (self._last_at - at)
+        return self.answered / max(1e-9, self._last_at - self._ready_at)
+
+    def wait_for(self, sent: int, stall: float = 30.0) -> float:
+        """Until ``sent`` checks were answered, or none for ``stall`` s; seconds waited."""
+        began = time.monotonic()
+        last, last_change = -1, began
+        while self.answered < sent and time.monotonic() - last_change < stall:
+            if self.answered != last:
+                last, last_change = self.answered, time.monotonic()
+            time.sleep(0.5)
+        return time.monotonic() - began
+
+    def stop(self) -> None:
+        if self._child is None:
+            return
+        self._child.terminate()
+        try:
+            self._child.wait(60)
+        except subprocess.TimeoutExpired:
+            self._child.kill()
+            self._child.wait()
+        if self._reader is not None:
+            self._reader.join(5)
+
+
 def answer(bootstrap: str, prefix: str, group: str, check_threads: int) -> None:
     """Run a producer of ``group`` answering checks until SIGTERM; report counts as JSON lines.
 
@@ -145,7 +236,7 @@ def answer(bootstrap: str, prefix: str, group: str, check_threads: int) -> None:
     )
     with TransactionProducer(group, listener, settings):
         print(json.dumps({"ready": True}), flush=True)
-        while not stop.wait(0.5):
+        while not stop.wait(0.1):
             print(json.dumps({"answered": listener.checked}), flush=True)
     print(json.dumps({"answered": listener.checked, "final": True}), flush=True)
 

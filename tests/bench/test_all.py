@@ -30,6 +30,8 @@ def test_bench_all_on_the_test_broker(kafka_bootstrap: str, tmp_path: Path) -> N
             kafka_bootstrap,
             "--producer-args=--senders 1,4 --seconds 1 --warmup 0.5",
             "--checker-args=--halves 500",
+            "--relay-args=--commits 300",
+            "--visible-args=--senders 4 --seconds 1 --warmup 0.5",
             "--json",
             str(json_path),
         ]
@@ -43,12 +45,28 @@ def test_bench_all_on_the_test_broker(kafka_bootstrap: str, tmp_path: Path) -> N
     last = output.strip().splitlines()[-1]
     assert last.startswith("bench: ratio_at_4="), last
     assert "checker_rss_mb_at_50k=nan" in last and "sink_rows_per_s=nan" in last
-    for figure in ("ratio outbox/plain", "outbox end p99 ms", "scan rate, halves/s"):
+    for figure in (
+        "ratio outbox/plain",
+        "outbox end p99 ms",
+        "scan rate, halves/s",
+        "answers/s (producer group)",
+        "commits/s published",
+        "real records / commits",
+        "sync commit-to-visible p50 / p99 ms",
+    ):
         assert figure in output
+    # Until the producer has ``end_oneway``, its row says so instead of failing the run.
+    assert "oneway msg/s" in output
     assert "at 1 / 4 senders" in output
 
     document = json.loads(json_path.read_text())
-    assert document["verdicts"] == {"producer": "ok", "checker": "ok", "sink": "skipped"}
+    assert document["verdicts"] == {
+        "producer": "ok",
+        "checker": "ok",
+        "relay": "ok",
+        "visible": "ok",
+        "sink": "skipped",
+    }
     assert document["machine"]["cpus"] >= 1 and document["machine"]["python"]
     assert document["broker"]["local"] is False
     # Speeds are not asserted (the test machine may be busy); that each one was reported is.
@@ -56,13 +74,25 @@ def test_bench_all_on_the_test_broker(kafka_bootstrap: str, tmp_path: Path) -> N
         "ratio_at_4",
         "outbox_msgs_per_s_at_4",
         "end_p99_ms",
+        "oneway_ratio_at_4",
+        "visible_p50_ms",
+        "visible_p99_ms",
+        "oneway_visible_p99_ms",
+        "relay_commits_per_s",
         "checker_halves_per_s",
+        "answers_per_s",
         "checker_rss_mb_at_50k",
         "sink_rows_per_s",
         "sink_delay_p50_ms",
         "sink_delay_p99_ms",
     }
-    assert document["summary"]["checker_halves_per_s"] > 0
+    summary = document["summary"]
+    for key in ("checker_halves_per_s", "answers_per_s", "relay_commits_per_s", "visible_p99_ms"):
+        assert summary[key] > 0, key
+    relay = document["benches"]["relay"]
+    assert relay["real_records"] == relay["commits"] == 300
+    sync = document["benches"]["visible"]["results"][0]
+    assert sync["mode"] == "sync" and sync["visible"] == sync["committed"] > 0
     producer = document["benches"]["producer"]
     assert [(c["mode"], c["senders"]) for c in producer["cells"]] == [
         ("plain", 1),

@@ -1,0 +1,353 @@
+"""``python -m bench.visible``: commit-to-visible latency, with the relay running as deployed.
+
+Producers only decide; the checker's relay publishes. So what a downstream
+reader waits for is the time from the local transaction's COMMIT to the real
+record being readable by a ``read_committed`` consumer. Here ``senders``
+threads send through one :class:`TransactionProducer`, whose listener notes
+(``time.monotonic()``) when each local transaction answered COMMIT, keyed by
+transaction id; a consumer thread reads the real topic and notes when each
+transaction id first appears. The checker runs as its own process
+(``python -m outbox checker``), as a deployment runs the sidecar, and timing
+starts only once it relays.
+
+Two modes: ``sync`` (``send_message_in_transaction`` waits for its decision
+to be acknowledged) and ``oneway`` (``end_oneway=True``: it returns after the
+local transaction). A producer without ``end_oneway`` (the setting is
+rejected) reports the oneway mode as unavailable rather than failing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from confluent_kafka import Consumer
+from confluent_kafka.admin import AdminClient
+from pydantic import ValidationError
+from rich.console import Console
+
+from bench.common import bench_main, run_on_broker
+from bench.producer import percentile_ms, run_cell
+from outbox import LocalTransactionState, Message, TransactionProducer
+from outbox.admin import TopicSpec, ensure_topics, plan_topics
+from outbox.message import EndStatus
+from outbox.protocol import Header, TopicNames
+from outbox.settings import ProducerSettings
+
+GROUP = "bench-visible"
+AIM_VISIBLE_P99_MS = 50.0
+_TXN_HEADER = Header.TRANSACTION_ID.value
+MODES = ("sync", "oneway")
+
+
+class StampCommits:
+    """Commits at once, noting when each local transaction answered, by transaction id."""
+
+    def __init__(self) -> None:
+        self.answered: dict[str, float] = {}
+
+    def execute_local_transaction(self, message: Message, arg: Any) -> LocalTransactionState:
+        # The id is set: the producer hands the listener the message stamped with it.
+        self.answered[message.transaction_id or ""] = time.monotonic()
+        return LocalTransactionState.COMMIT_MESSAGE
+
+    def check_local_transaction(self, message: Message) -> LocalTransactionState:
+        return LocalTransactionState.COMMIT_MESSAGE
+
+
+class Watcher:
+    """A ``read_committed`` reader of the real topic: when each transaction id became visible."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.seen: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"bench-visible-{uuid.uuid4().hex[:6]}",
+                "isolation.level": "read_committed",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                "fetch.wait.max.ms": 5,
+            }
+        )
+        self._consumer.subscribe([topic])
+        self._thread = threading.Thread(target=self._run, name="bench-visible", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for message in self._consumer.consume(1000, timeout=0.05):
+                if message.error() is not None:
+                    continue
+                now = time.monotonic()
+                for key, value in message.headers() or ():
+                    if key == _TXN_HEADER and value is not None:
+                        self.seen.setdefault(value.decode(), now)
+                        break
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self._consumer.close()
+
+
+@dataclass
+class ModeResult:
+    mode: str
+    senders: int
+    available: bool
+    unavailable_reason: str | None = None
+    msgs_per_s: float | None = None
+    committed: int = 0
+    visible: int = 0
+    """Committed sends inside the window whose real record was seen (before the grace ran out)."""
+    visible_p50_ms: float | None = None
+    visible_p99_ms: float | None = None
+    visible_max_ms: float | None = None
+    errors: int = 0
+    other_cpu_pct: float | None = None
+
+
+@dataclass
+class Options:
+    senders: int = 64
+    seconds: float = 10.0
+    warmup: float = 2.0
+    value_bytes: int = 1024
+    partitions: int = 8
+    modes: list[str] = field(default_factory=lambda: list(MODES))
+    bootstrap_servers: str | None = None
+    json_path: Path | None = None
+
+
+@dataclass
+class Report:
+    results: list[ModeResult]
+
+    def of(self, mode: str) -> ModeResult | None:
+        return next((r for r in self.results if r.mode == mode), None)
+
+    @property
+    def ok(self) -> bool:
+        """Every send of an available mode committed, and every commit became visible."""
+        return all(r.errors == 0 and r.visible == r.committed for r in self.results if r.available)
+
+    @property
+    def other_cpu_pct(self) -> float:
+        return max((r.other_cpu_pct or 0.0 for r in self.results), default=0.0)
+
+    @property
+    def document(self) -> dict[str, Any]:
+        return {"results": [asdict(r) for r in self.results], "ok": self.ok}
+
+
+def start_checker(bootstrap: str, prefix: str, log: IO[bytes]) -> subprocess.Popen[bytes]:
+    """The checker sidecar (and its relay) as its own process, rounds effectively off.
+
+    Its log goes to a file, not a pipe: a pipe nobody reads would stop it once full.
+    """
+    env = {
+        **os.environ,
+        "OUTBOX_BOOTSTRAP_SERVERS": bootstrap,
+        "OUTBOX_TOPIC_PREFIX": prefix,
+        "OUTBOX_HTTP_ADDRESS": "",
+        "OUTBOX_CHECK_INTERVAL_SECONDS": "3600",
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "outbox", "checker"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=log,
+    )
+
+
+def _settings(bootstrap: str, prefix: str, mode: str) -> ProducerSettings | str:
+    """The producer's settings for ``mode``, or why this producer cannot run it."""
+    extra: dict[str, Any] = {"end_oneway": True} if mode == "oneway" else {}
+    try:
+        return ProducerSettings(bootstrap_servers=bootstrap, topic_prefix=prefix, **extra)
+    except ValidationError as exc:
+        return f"ProducerSettings rejects {sorted(extra)}: {exc.errors()[0]['msg']}"
+
+
+def _wait_until_relaying(producer: TransactionProducer, watcher: Watcher, real: str) -> None:
+    """One send, then wait for it to be visible: the relay has joined and publishes."""
+    result = producer.send_message_in_transaction(Message(topic=real, value=b"primer"))
+    deadline = time.monotonic() + 90
+    while result.transaction_id not in watcher.seen:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the checker relayed nothing within 90s")
+        time.sleep(0.05)
+
+
+def run_mode(
+    options: Options, bootstrap: str, prefix: str, mode: str, broker_pid: int | None
+) -> ModeResult:
+    settings = _settings(bootstrap, prefix, mode)
+    if isinstance(settings, str):
+        return ModeResult(mode, options.senders, available=False, unavailable_reason=settings)
+    real = f"{prefix}.events"
+    value = os.urandom(options.value_bytes)
+    listener = StampCommits()
+    watcher = Watcher(bootstrap, real)
+    producer = TransactionProducer(GROUP, listener, settings).start()
+    committed: list[list[str]] = [[] for _ in range(options.senders)]
+    try:
+        _wait_until_relaying(producer, watcher, real)
+
+        def send(index: int, seq: int) -> float | None:
+            result = producer.send_message_in_transaction(Message(topic=real, value=value))
+            if mode == "oneway" or result.end_status is EndStatus.COMMITTED:
+                committed[index].append(result.transaction_id)
+            return None
+
+        run = run_cell(send, options.senders, options.warmup, options.seconds, broker_pid)
+        # run_cell's window is on the perf_counter clock, the stamps on the monotonic one.
+        shift = time.monotonic() - time.perf_counter()
+        start, end = run.window_start + shift, run.window_end + shift
+        inside = [
+            tid
+            for mine in committed
+            for tid in mine
+            if start <= listener.answered.get(tid, -1.0) < end
+        ]
+        deadline = time.monotonic() + 30
+        while any(t not in watcher.seen for t in inside) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        producer.shutdown()
+        watcher.close()
+    delays = [watcher.seen[t] - listener.answered[t] for t in inside if t in watcher.seen]
+    return ModeResult(
+        mode,
+        options.senders,
+        available=True,
+        msgs_per_s=round(len(inside) / options.seconds, 1),
+        committed=len(inside),
+        visible=len(delays),
+        visible_p50_ms=percentile_ms(delays, 50),
+        visible_p99_ms=percentile_ms(delays, 99),
+        visible_max_ms=percentile_ms(delays, 100),
+        errors=len(run.errors),
+        other_cpu_pct=run.other_cpu_pct,
+    )
+
+
+def measure(console: Console, options: Options, bootstrap: str, broker_pid: int | None) -> Report:
+    prefix = f"bench-visible-{uuid.uuid4().hex[:6]}"
+    topics = TopicNames(prefix)
+    ensure_topics(
+        AdminClient({"bootstrap.servers": bootstrap}),
+        [
+            *plan_topics(topics, options.partitions, 1, (GROUP,)),
+            TopicSpec(f"{prefix}.events", options.partitions, 1),
+        ],
+    )
+    with tempfile.TemporaryFile() as log:
+        checker = start_checker(bootstrap, prefix, log)
+        try:
+            results = [
+                _mode_with_progress(
+                    console, options, bootstrap, prefix, mode, broker_pid, checker, log
+                )
+                for mode in options.modes
+            ]
+        finally:
+            checker.terminate()
+            try:
+                checker.wait(30)
+            except subprocess.TimeoutExpired:
+                checker.kill()
+                checker.wait()
+    return Report(results)
+
+
+def _mode_with_progress(
+    console: Console,
+    options: Options,
+    bootstrap: str,
+    prefix: str,
+    mode: str,
+    broker_pid: int | None,
+    checker: subprocess.Popen[bytes],
+    log: IO[bytes],
+) -> ModeResult:
+    console.print(
+        f"[bold cyan]==>[/] {mode} senders={options.senders}, checker relaying: "
+        f"warm-up {options.warmup:g}s, measuring {options.seconds:g}s",
+        highlight=False,
+    )
+    if checker.poll() is not None:
+        log.seek(0)
+        tail = log.read().decode(errors="replace")[-2000:]
+        raise RuntimeError(f"the checker exited {checker.returncode}: {tail}")
+    result = run_mode(options, bootstrap, prefix, mode, broker_pid)
+    if not result.available:
+        console.print(f"    unavailable: {result.unavailable_reason}", highlight=False)
+    else:
+        console.print(
+            f"    {result.msgs_per_s:,.0f} msg/s; visible p50/p99/max "
+            f"{result.visible_p50_ms} / {result.visible_p99_ms} / {result.visible_max_ms} ms; "
+            f"{result.visible:,} of {result.committed:,} commits seen, "
+            f"{result.errors} errors, other cpu {result.other_cpu_pct}%",
+            highlight=False,
+        )
+    return result
+
+
+def parse_args(argv: Sequence[str] | None = None) -> Options:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.visible",
+        description="Commit-to-visible latency through the checker's relay.",
+    )
+    parser.add_argument("--senders", type=int, default=Options.senders)
+    parser.add_argument("--seconds", type=float, default=Options.seconds)
+    parser.add_argument("--warmup", type=float, default=Options.warmup)
+    parser.add_argument("--value-bytes", type=int, default=Options.value_bytes)
+    parser.add_argument("--partitions", type=int, default=Options.partitions)
+    parser.add_argument("--modes", default=",".join(MODES), help="sync and/or oneway")
+    parser.add_argument("--bootstrap-servers")
+    args = parser.parse_args(argv)
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if not modes or any(m not in MODES for m in modes):
+        parser.error(f"--modes are sync and/or oneway, got {args.modes!r}")
+    if args.senders < 1 or args.seconds <= 0 or args.warmup < 0 or args.value_bytes < 1:
+        parser.error("--senders, --seconds and --value-bytes must be positive")
+    if args.partitions < 1:
+        parser.error("--partitions must be at least 1")
+    return Options(
+        senders=args.senders,
+        seconds=args.seconds,
+        warmup=args.warmup,
+        value_bytes=args.value_bytes,
+        partitions=args.partitions,
+        modes=modes,
+        bootstrap_servers=args.bootstrap_servers,
+    )
+
+
+def run(console: Console, options: Options) -> int:
+    return run_on_broker(console, options, _run_against)
+
+
+def _run_against(console: Console, options: Options, bootstrap: str, broker_pid: int | None) -> int:
+    return 0 if measure(console, options, bootstrap, broker_pid).ok else 1
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    bench_main(parse_args(argv), run)
+
+
+if __name__ == "__main__":
+    main()
