@@ -332,13 +332,13 @@ def _producer_rows(report: producer.Report | None, options: producer.Options | N
             "ratio outbox/plain",
             " / ".join(_num(report.at(n)[2], ".3f") for n in senders),
             f"-> {limit:.3f}",
-            "3 records a message: 1/3 is the write-amplification limit",
+            "2 acknowledged writes a send (half, decision): 1/2 is the limit",
         ),
         (
             "outbox end p50 ms",
             _per_senders(report, senders, "outbox", "end_p50_ms", ",.1f"),
             "",
-            "local transaction answered -> group commit confirmed",
+            "local transaction answered -> decision acknowledged",
         ),
         (
             "outbox end p99 ms",
