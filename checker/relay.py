@@ -90,7 +90,7 @@ class BatchReport:
 class RelaySettings:
     """The relay's knobs (fields of :class:`checker.settings.CheckerSettings`)."""
 
-    batch: int = 2000
+    batch: int = 5000
     memory: int = 200_000
     transaction_timeout_ms: int = 10_000
     timeout: float = 30.0

@@ -75,7 +75,7 @@ class CheckerSettings(KafkaSettings):
         " wait on the op topic",
     )
     relay_batch: int = Field(
-        2000, ge=1, description="most decisions the relay reads into one Kafka transaction"
+        5000, ge=1, description="most decisions the relay reads into one Kafka transaction"
     )
     relay_memory: int = Field(
         200_000,
