@@ -46,6 +46,7 @@ from checker import metrics
 from checker.decision_memory import DecisionMemory
 from checker.half_lookup import HalfLookup
 from checker.kafka_reader import TopicCursor
+from checker.watchdog import StuckError, call_with_deadline
 from outbox.errors import InvalidMessageError, KafkaUnavailableError
 from outbox.protocol import (
     Decision,
@@ -330,11 +331,6 @@ class Relay:
             else:
                 report.rollbacks += 1
         outgoing = self._restore_records(commits, report)
-        producer = self._producer
-        producer.begin_transaction()
-        self._in_transaction = True
-        for record in outgoing:
-            self._produce(producer, record)
         offsets = []
         for partition, offset in next_offsets.items():
             memory = self._memories[partition]
@@ -342,12 +338,35 @@ class Relay:
             offsets.append(
                 TopicPartition(self._topics.op, partition, offset, metadata=memory.metadata())
             )
-        producer.send_offsets_to_transaction(
-            offsets, self._consumer.consumer_group_metadata(), self._settings.timeout
-        )
-        producer.commit_transaction(self._settings.timeout)
+        producer, group = self._producer, self._consumer.consumer_group_metadata()
+        self._in_transaction = True
+        try:
+            call_with_deadline(
+                lambda: self._transact(producer, outgoing, offsets, group),
+                self._settings.timeout * 3,
+                "outbox-relay-transaction",
+            )
+        except StuckError as exc:
+            log.error("a relay transaction is stuck; fencing its producer: %s", exc)
+            self._in_transaction = False
+            self._producer = self._new_producer()
+            raise KafkaUnavailableError(f"relay transaction abandoned: {exc}") from None
         self._in_transaction = False
         return report
+
+    def _transact(
+        self,
+        producer: Producer,
+        outgoing: list[OutgoingRecord],
+        offsets: list[TopicPartition],
+        group: object,
+    ) -> None:
+        """The batch's Kafka transaction: real records, discards, op offsets with the memory."""
+        producer.begin_transaction()
+        for record in outgoing:
+            self._produce(producer, record)
+        producer.send_offsets_to_transaction(offsets, group, self._settings.timeout)
+        producer.commit_transaction(self._settings.timeout)
 
     def _restore_records(
         self, commits: dict[int, list[Decision]], report: BatchReport

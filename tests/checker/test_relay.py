@@ -7,6 +7,7 @@ the op partition holds, in which order.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections import Counter
@@ -25,7 +26,7 @@ from outbox.protocol import (
     Resolution,
     murmur2,
 )
-from tests.checker.support import pending_half, write
+from tests.checker.support import pending_half, wait_for, write
 from tests.producer.conftest import OutboxTopics
 
 pytestmark = pytest.mark.kafka
@@ -204,3 +205,48 @@ def test_a_real_record_lands_on_the_partition_a_java_producer_would_choose(
     for raw in records:
         assert raw.key is not None
         assert raw.partition == (murmur2(raw.key) & 0x7FFFFFFF) % 2
+
+
+def test_a_stuck_relay_transaction_is_abandoned_fenced_and_its_batch_published_once(
+    outbox_topics: OutboxTopics,
+):
+    """librdkafka can block in send_offsets_to_transaction for minutes after a broker
+    restart; the relay gives up on such a batch, fences the stuck producer and reads
+    the batch again. The stuck call is made to hang where that one hangs."""
+    t = outbox_topics
+    half = pending_half(t, f"stuck-{uuid.uuid4().hex[:6]}")
+    decide(t, half, write_half(t, half), COMMIT)
+    release = threading.Event()
+
+    class HangsOnce(Relay):
+        hung = False
+
+        def _transact(self, producer, outgoing, offsets, group):
+            if not HangsOnce.hung:
+                HangsOnce.hung = True
+                producer.begin_transaction()
+                for record in outgoing:
+                    producer.produce(**record.produce_kwargs())
+                release.wait(60)  # as if stuck in the client
+                producer.send_offsets_to_transaction(offsets, group, 5)
+                producer.commit_transaction(5)
+                return
+            super()._transact(producer, outgoing, offsets, group)
+
+    relay = HangsOnce(
+        t.client_config,
+        t.names,
+        group_id=f"{t.names.prefix}.relay",
+        transactional_id=f"{t.names.prefix}.relay.stuck",
+        settings=RelaySettings(batch=100, timeout=2.0),
+    )
+    relay.start()
+    try:
+        wait_for(lambda: HangsOnce.hung, what="the stuck batch")
+        wait_for(lambda: published(t) == Counter({half.transaction_id: 1}), what="publication")
+        release.set()  # the abandoned call wakes up: its producer was fenced
+        time.sleep(3)
+        assert published(t) == Counter({half.transaction_id: 1})
+    finally:
+        release.set()
+        relay.close()
