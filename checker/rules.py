@@ -258,15 +258,21 @@ class _OpWindow:
             return
         end = self._reader.half_end() if max(self.remove_map) >= walked_to else walked_to
         for half_offset, op_offset in list(self.remove_map.items()):
-            if half_offset < walked_to or half_offset >= end:
+            if half_offset < walked_to:
+                # Read after the walk passed its half (ops are read lazily): the
+                # half was settled without it, and its copies carry its identity.
+                log.debug("op at %d arrived after the walk passed half %d", op_offset, half_offset)
+            elif half_offset >= end:
                 log.warning(
                     "op at %d names half offset %d, where partition %d has no half; ignored",
                     op_offset,
                     half_offset,
                     self._partition,
                 )
-                self.done.add(op_offset)
-                del self.remove_map[half_offset]
+            else:
+                continue
+            self.done.add(op_offset)
+            del self.remove_map[half_offset]
 
     def new_checkpoint(self) -> int:
         """End of the contiguous run of done ops (``calculateOpOffset``).
