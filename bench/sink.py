@@ -27,6 +27,7 @@ Both runs check the table afterwards: every event exactly once.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import math
@@ -59,6 +60,7 @@ from bench.common import (
     save_results,
     warn_if_noisy,
 )
+from checker.relay import Relay
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
 from outbox.config import kafka_client_config
 from outbox.dev.kafka import KAFKA_VERSION
@@ -431,7 +433,17 @@ def measure_delay(
     )
     run = start_sink(settings, spark)
     watcher = CommitWatcher(table)
-    with TransactionProducer(GROUP, listener, producer_settings) as producer:
+    # The checker's relay publishes the commits, as the sidecar does in a deployment:
+    # the delay measured is commit -> relay -> real topic -> sink -> row.
+    relay = Relay(
+        kafka_client_config(bootstrap),
+        names,
+        group_id=f"{names.prefix}.checker.relay",
+        transactional_id=f"{names.prefix}.relay.bench-sink",
+    )
+    relay.start()
+    sending = TransactionProducer(GROUP, listener, producer_settings)
+    with contextlib.closing(relay), sending as producer:
         for i in range(WARMUP_EVENTS):
             producer.send_message_in_transaction(Message(topic, value, key=f"warm-{i}"))
         if not run.wait_until(lambda s: s.rows_written >= WARMUP_EVENTS, 180):

@@ -129,7 +129,7 @@ class Relay:
         self._thread: threading.Thread | None = None
         self.last_batch_at = time.monotonic()
         """When the relay last finished a batch or found nothing to do: its liveness."""
-        self._halves = HalfLookup(TopicCursor(client_config, topics.half, settings.timeout))
+        self._halves = HalfLookup(lambda: TopicCursor(client_config, topics.half, settings.timeout))
         self._op_history = TopicCursor(client_config, topics.op, settings.timeout)
         self._catalog = TopicCatalog(AdminClient(client_config), settings.timeout)
         self._producer = self._new_producer()
