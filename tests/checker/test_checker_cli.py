@@ -38,6 +38,18 @@ def checker(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
         (("--bootstrap-servers", "h:1", "--http-address", "nowhere"), {}, "expected host:port"),
         (("--bootstrap-servers", "h:1", "--topic-prefix", "a/b"), {}, "topic prefix"),
         (("--bootstrap-servers", "h:1", "-X", "novalue"), {}, "not KEY=VALUE"),
+        (("--bootstrap-servers", "h:1", "--relay-batch", "0"), {}, "OUTBOX_RELAY_BATCH"),
+        (("--bootstrap-servers", "h:1"), {"OUTBOX_RELAY_MEMORY": "10"}, "OUTBOX_RELAY_MEMORY"),
+        (
+            ("--bootstrap-servers", "h:1", "--relay-transaction-timeout-ms", "5"),
+            {},
+            "OUTBOX_RELAY_TRANSACTION_TIMEOUT_MS",
+        ),
+        (
+            ("--bootstrap-servers", "h:1", "--max-ops-per-round", "0"),
+            {},
+            "OUTBOX_MAX_OPS_PER_ROUND",
+        ),
         (
             ("--bootstrap-servers", "h:1", "--resolve-from-db", "foo://x"),
             {},
@@ -61,3 +73,10 @@ def test_help_lists_every_setting_with_its_variable():
         if name != "kafka_properties":
             assert f"--{name.replace('_', '-')}" in result.stdout
             assert f"OUTBOX_{name.upper()}" in result.stdout
+
+
+def test_a_relay_switch_that_is_no_boolean_is_a_usage_error_naming_its_variable():
+    result = checker("--bootstrap-servers", "h:1", OUTBOX_RELAY="maybe")
+    assert result.returncode == 2, result.stderr
+    assert "OUTBOX_RELAY" in result.stderr and "boolean" in result.stderr
+    assert "Traceback" not in result.stderr
