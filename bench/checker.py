@@ -65,6 +65,7 @@ from bench.common import (
     warn_if_noisy,
 )
 from checker.settings import CheckerSettings
+from outbox.acked_writer import produce_when_room
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
 from outbox.config import kafka_client_config
 from outbox.dev.kafka import KAFKA_VERSION
@@ -116,13 +117,7 @@ def write_halves(
     began = time.monotonic()
     for index in range(count):
         half = HalfRecord(f"{run}-{index}", GROUP, f"{topics.prefix}.events", None, value, born_ms)
-        kwargs = half.to_record(topics, 0).produce_kwargs()
-        while True:
-            try:
-                producer.produce(**kwargs)
-                break
-            except BufferError:
-                producer.poll(0.05)
+        produce_when_room(producer, **half.to_record(topics, 0).produce_kwargs())
         if (index + 1) % step == 0:
             producer.poll(0)
             console.print(f"    written {index + 1:,} of {count:,} halves", highlight=False)

@@ -30,6 +30,7 @@ from rich.console import Console
 from bench.checker import GROUP, CpuWindow, drop_topics, fresh_topics
 from bench.common import bench_main, run_on_broker
 from checker.relay import Relay, RelaySettings
+from outbox.acked_writer import produce_when_room
 from outbox.protocol import HalfRecord, OpRecord, Resolution, TopicNames
 
 AIM_COMMITS_PER_S = 20_000
@@ -74,13 +75,7 @@ class Report:
 
 def _produce_all(producer: Producer, records: Any) -> None:
     for record in records:
-        kwargs = record.produce_kwargs()
-        while True:
-            try:
-                producer.produce(**kwargs)
-                break
-            except BufferError:
-                producer.poll(0.05)
+        produce_when_room(producer, **record.produce_kwargs())
     if producer.flush(300) > 0:
         raise RuntimeError("the relay bench's records were not acknowledged within 300s")
 

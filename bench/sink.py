@@ -61,6 +61,7 @@ from bench.common import (
     warn_if_noisy,
 )
 from checker.relay import Relay
+from outbox.acked_writer import produce_when_room
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
 from outbox.config import kafka_client_config
 from outbox.dev.kafka import KAFKA_VERSION
@@ -238,12 +239,9 @@ def load_events(bootstrap: str, topic: str, count: int, value_bytes: int) -> flo
                 (Header.TRANSACTION_ID.value, uuid.uuid4().hex.encode()),
                 (Header.PRODUCER_GROUP.value, GROUP.encode()),
             ]
-            while True:
-                try:
-                    producer.produce(topic, value=value, key=str(i).encode(), headers=headers)
-                    break
-                except BufferError:
-                    producer.poll(0.05)
+            produce_when_room(
+                producer, topic=topic, value=value, key=str(i).encode(), headers=headers
+            )
         producer.commit_transaction(120)
     return time.monotonic() - began
 

@@ -47,6 +47,7 @@ from checker.decision_memory import DecisionMemory
 from checker.half_lookup import HalfLookup
 from checker.kafka_reader import TopicCursor
 from checker.watchdog import StuckError, call_with_deadline
+from outbox.acked_writer import produce_when_room
 from outbox.errors import InvalidMessageError, KafkaUnavailableError
 from outbox.protocol import (
     Decision,
@@ -364,7 +365,7 @@ class Relay:
         """The batch's Kafka transaction: real records, discards, op offsets with the memory."""
         producer.begin_transaction()
         for record in outgoing:
-            self._produce(producer, record)
+            produce_when_room(producer, **record.produce_kwargs())
         producer.send_offsets_to_transaction(offsets, group, self._settings.timeout)
         producer.commit_transaction(self._settings.timeout)
 
@@ -449,14 +450,6 @@ class Relay:
             return False
 
         return decided_before
-
-    def _produce(self, producer: Producer, record: OutgoingRecord) -> None:
-        while True:
-            try:
-                producer.produce(**record.produce_kwargs())
-                return
-            except BufferError:
-                producer.poll(0.01)
 
 
 def _usable(message: KafkaMessage) -> bool:

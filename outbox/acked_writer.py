@@ -127,3 +127,18 @@ class AckedWriter:
         remaining = self.producer.flush(timeout)
         if remaining:
             log.warning("%d records were still unacknowledged at close", remaining)
+
+
+def produce_when_room(producer: Producer, **kwargs: Any) -> None:
+    """``producer.produce(**kwargs)``, serving delivery reports while the client's queue is full.
+
+    A full queue (``BufferError``) enqueued nothing, so trying again is safe; for
+    writers that may wait as long as the broker needs (their own deadline is
+    elsewhere: a transaction timeout, a flush).
+    """
+    while True:
+        try:
+            producer.produce(**kwargs)
+            return
+        except BufferError:
+            producer.poll(0.01)
