@@ -17,11 +17,12 @@ import logging
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -383,6 +384,21 @@ class LocalKafka:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._proc.wait(timeout=1)
             self._proc = None
+
+    @contextlib.contextmanager
+    def frozen(self) -> Iterator[None]:
+        """SIGSTOP the broker for the block, then SIGCONT: a stalled machine, not a crash.
+
+        Clients keep their connections open and hear nothing, the case where a
+        client waiting on an answer (rather than on a refused connection) can wedge.
+        """
+        if self._proc is None:
+            raise KafkaRuntimeError("cannot freeze a broker that is not running")
+        os.kill(self._proc.pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.kill(self._proc.pid, signal.SIGCONT)
 
     def restart(self, grace_seconds: float = DEFAULT_STOP_GRACE) -> LocalKafka:
         """Stop cleanly and start again on the same ports with the same data."""

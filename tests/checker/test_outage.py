@@ -85,3 +85,15 @@ def test_checker_rejoins_its_group_after_an_outage_longer_than_its_session(own_k
         time.sleep(12)  # twice the session: the group forgets this member
         own_kafka_broker.start()
         _wait_for_check_of_half_written_now(topics)
+
+
+def test_checker_recovers_from_a_broker_frozen_longer_than_its_read_timeout(own_kafka_broker):
+    """SIGSTOP, not a crash: connections stay open and go silent, then the broker resumes.
+
+    A librdkafka consumer waiting on a frozen broker can stay wedged after it
+    resumes; the checker must notice and read with a fresh one, without a restart.
+    """
+    with _running_checker(own_kafka_broker, "freeze") as topics:
+        with own_kafka_broker.frozen():
+            time.sleep(15)
+        _wait_for_check_of_half_written_now(topics)
