@@ -62,14 +62,10 @@ from outbox.protocol import (
     real_record_of_half,
 )
 from outbox.protocol.headers import int_header, text_header
+from outbox.size_limits import CHECKER_MESSAGE_MAX_BYTES, SizeLimits
 from outbox.topic_catalog import TopicCatalog
 
 log = logging.getLogger(__name__)
-
-_CLIENT_MAX_MESSAGE_BYTES = 1_000_000
-"""librdkafka's ``message.max.bytes`` default: a larger record is refused by the client."""
-_RECORD_OVERHEAD = 100
-"""Bytes a record's framing adds beyond its key, value and headers (a safe round figure)."""
 
 
 def relay_group(checker_group: str) -> str:
@@ -119,6 +115,7 @@ class Relay:
         self._now_ms = now_ms
         self._client_config = client_config
         self._producer_config = {
+            "message.max.bytes": CHECKER_MESSAGE_MAX_BYTES,
             **client_config,
             "transactional.id": transactional_id,
             "enable.idempotence": True,
@@ -136,6 +133,7 @@ class Relay:
         self._halves = HalfLookup(lambda: TopicCursor(client_config, topics.half, settings.timeout))
         self._op_history = TopicCursor(client_config, topics.op, settings.timeout)
         self._catalog = TopicCatalog(AdminClient(client_config), settings.timeout)
+        self._limits = SizeLimits(self._catalog, self._producer_config)
         self._producer = self._new_producer()
         self._group_id = group_id
         self._positions: dict[int, int] = {}
@@ -480,10 +478,9 @@ class Relay:
             return None, str(exc)
         if record.partition is not None and record.partition >= facts.partitions:
             return None, f"partition {record.partition} of {record.topic!r} does not exist"
-        size = _record_size(record)
-        limit = min(facts.max_message_bytes, _CLIENT_MAX_MESSAGE_BYTES)
-        if size > limit:
-            return None, f"its real record is {size} bytes, over the {limit}-byte limit"
+        problem = self._limits.problem("real record", record)
+        if problem is not None:
+            return None, problem
         return record, ""
 
     def _scanner(self, partition: int) -> Callable[[int, int, int], bool]:
@@ -538,11 +535,6 @@ def _decode(raw: RawRecord) -> Decision | None:
     except MalformedRecordError as exc:
         log.warning("ignoring a malformed op record: %s", exc)
         return None
-
-
-def _record_size(record: OutgoingRecord) -> int:
-    headers = sum(len(name) + len(value or b"") for name, value in record.headers)
-    return len(record.key or b"") + len(record.value or b"") + headers + _RECORD_OVERHEAD
 
 
 def _stand_in_half(topics: TopicNames, op: Decision) -> RawRecord:

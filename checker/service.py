@@ -33,6 +33,7 @@ from checker.settings import CheckerSettings
 from outbox.admin import TopicSpec, ensure_topics
 from outbox.errors import KafkaUnavailableError, TopicAdminError
 from outbox.protocol import HalfRecord, OutgoingRecord
+from outbox.topic_catalog import TopicCatalog
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +123,7 @@ class Checker:
             client,
             f"{settings.group_id}.{instance}",
             self.topics,
+            TopicCatalog(self._admin, 30.0),
             transaction_timeout_ms=settings.kafka_transaction_timeout_ms,
         )
         self._consumer.subscribe(

@@ -63,8 +63,9 @@ from outbox.protocol import (
     validate_producer_group,
 )
 from outbox.settings import ProducerSettings
+from outbox.size_limits import SizeLimits
 from outbox.topic_catalog import TopicCatalog
-from outbox.validation import build_half, check_size
+from outbox.validation import build_half
 
 log = logging.getLogger(__name__)
 
@@ -144,8 +145,8 @@ class TransactionProducer:
         self._closed = False
         self._in_flight = 0
         self._half_partitions = 0
-        self._half_limit_bytes = 0
         self._catalog: TopicCatalog | None = None
+        self._limits: SizeLimits | None = None
         self._writer: AckedWriter | None = None
         self._responder: CheckResponder | None = None
 
@@ -163,6 +164,7 @@ class TransactionProducer:
         admin = AdminClient(client_config)
         self._inspect_topics(admin, timeout)
         self._catalog = TopicCatalog(admin, timeout)
+        self._limits = SizeLimits(self._catalog, client_config)
         try:
             self._writer = AckedWriter(client_config)
             self._responder = CheckResponder(
@@ -212,7 +214,6 @@ class TransactionProducer:
         self._half_partitions = states[half].partitions
         check = TopicSpec(self.topics.check(self.group), self._half_partitions, 1)
         ensure_topics(admin, [check], timeout=timeout)
-        self._half_limit_bytes = TopicCatalog(admin, timeout).get(half).max_message_bytes
 
     def shutdown(self, timeout: float = 30.0) -> None:
         """Refuse new sends, finish the ends under way, deliver queued oneway ops, close.
@@ -278,7 +279,7 @@ class TransactionProducer:
                 self._state_lock.notify_all()
 
     def _send(self, message: Message, arg: Any) -> TransactionSendResult:
-        assert self._catalog is not None and self._writer is not None
+        assert self._catalog and self._limits and self._writer
         transaction_id = getattr(message, "transaction_id", None) or new_transaction_id()
         half = build_half(
             message,
@@ -293,9 +294,8 @@ class TransactionProducer:
                 f"message partition {half.real_partition} does not exist: topic "
                 f"{half.real_topic!r} has {real.partitions} partitions"
             )
-        check_size(half, min(real.max_message_bytes, self._half_limit_bytes))
         half_partition = half_partition_for(half.key, transaction_id, self._half_partitions)
-        record = half.to_record(self.topics, half_partition)
+        record = self._limits.fitting_half_record(half, self.topics, half_partition)
         _, half_offset = self._writer.write(
             record, self.config.send_timeout_seconds, HalfWriteError
         )
