@@ -106,7 +106,9 @@ class RoundWriter:
             except KafkaException as exc:
                 error: KafkaError = exc.args[0]
                 if not error.retriable() or time.monotonic() > deadline:
-                    raise
+                    raise KafkaUnavailableError(
+                        f"cannot start the checker's transactional producer: {error.str()}"
+                    ) from None
                 log.info("the checker's producer is not ready yet, asking again: %s", error)
                 time.sleep(0.2)
 
@@ -118,10 +120,7 @@ class RoundWriter:
         one does not, and its ``init_transactions`` fences the old one.
         """
         with self._producer_lock:
-            try:
-                self._producer = self._new_producer()
-            except KafkaException as exc:
-                raise KafkaUnavailableError(f"cannot start the checker's producer: {exc}") from None
+            self._producer = self._new_producer()
 
     def close(self) -> None:
         self._producer.flush(self._timeout)

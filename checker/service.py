@@ -99,6 +99,14 @@ class Checker:
         self.progress_at = clock()
         """When the loop last had no round due, or completed one (the checker's clock)."""
         client = settings.client_config()
+        self._admin = AdminClient(client)
+        try:
+            self._admin.list_topics(timeout=settings.start_timeout_seconds)
+        except KafkaException as exc:
+            raise KafkaUnavailableError(
+                f"cannot reach Kafka at {settings.bootstrap_servers} within"
+                f" {settings.start_timeout_seconds:g}s: {exc.args[0]}"
+            ) from None
         self._consumer = Consumer(
             {
                 **client,
@@ -110,7 +118,6 @@ class Checker:
                 "partition.assignment.strategy": "cooperative-sticky",
             }
         )
-        self._admin = AdminClient(client)
         self._check_topics_known: set[str] = set()
         self._halves = TopicCursor(client, self.topics.half)
         self._ops = TopicCursor(client, self.topics.op)

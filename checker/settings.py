@@ -86,6 +86,9 @@ class CheckerSettings(KafkaSettings):
     relay_transaction_timeout_ms: int = Field(
         10_000, ge=1000, description="Kafka transaction.timeout.ms of the relay's producer"
     )
+    start_timeout_seconds: float = Field(
+        10.0, gt=0, description="how long to wait for the cluster to answer at start"
+    )
     health_stall_seconds: float = Field(
         120.0,
         gt=0,

@@ -15,7 +15,7 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
 
 from checker.round_writer import ChunkResult, RoundWriter
@@ -49,7 +49,7 @@ def new_writer(t: OutboxTopics) -> RoundWriter:
                 TopicCatalog(AdminClient(t.client_config), 10.0),
                 timeout=1.0,
             )
-        except KafkaException:
+        except KafkaUnavailableError:
             if time.monotonic() > deadline:
                 raise
             time.sleep(1)
