@@ -37,9 +37,18 @@ _SHORT_LOOK = 0.1
 class TopicCursor:
     """Sequential committed reads of one partition of one topic at a time."""
 
-    def __init__(self, client_config: dict[str, Any], topic: str, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        client_config: dict[str, Any],
+        topic: str,
+        timeout: float = 30.0,
+        *,
+        end_check_seconds: float = 10.0,
+    ) -> None:
         self._topic = topic
         self._timeout = timeout
+        self._end_check_seconds = end_check_seconds
+        self._end_checked_at = time.monotonic()
         self._client_config = client_config
         self._consumer = self._new_consumer()
         self._partition: int | None = None
@@ -109,10 +118,11 @@ class TopicCursor:
         """Fill the buffer; False once the partition's committed end is reached.
 
         Past an end-of-partition event a short look suffices (the end moves
-        while producers write). Before one, silence means Kafka is not
-        answering, or this consumer is wedged: a third of the way into the
-        wait it is replaced once, and only silence from the fresh one too is
-        reported as an outage.
+        while producers write); now and then the broker is asked whether the
+        partition really ends where this consumer stands. Before one, silence
+        means Kafka is not answering, or this consumer is wedged: a third of
+        the way into the wait it is replaced once, and only silence from the
+        fresh one too is reported as an outage.
         """
         was_at_end, self._at_end = self._at_end, False
         patience = _SHORT_LOOK if was_at_end else self._timeout
@@ -145,11 +155,36 @@ class TopicCursor:
             if now - started >= patience:
                 break
         if was_at_end:
+            if self._end_is_behind():
+                self._replace_consumer()
+                return self._fetch()  # with the patience of a read that expects data
             self._at_end = True
             return False
         raise KafkaUnavailableError(
             f"reading {self._topic}[{self._partition}] returned nothing in {patience:g}s"
         )
+
+    def _end_is_behind(self) -> bool:
+        """At most every ``end_check_seconds``: does the partition go on past this consumer?
+
+        A wedged consumer at the end hears of no new records, so it would
+        answer "at the end" for ever. (An open Kafka transaction also puts the
+        high watermark past a ``read_committed`` position; a fresh consumer
+        then stops at the same place, at the cost of one reconnection.)
+        """
+        now = time.monotonic()
+        if now - self._end_checked_at < self._end_check_seconds:
+            return False
+        self._end_checked_at = now
+        partition = TopicPartition(self._topic, self._partition)
+        try:
+            (position,) = self._consumer.position([partition])
+            _, high = self._consumer.get_watermark_offsets(
+                partition, timeout=min(self._timeout, 5.0), cached=False
+            )
+        except KafkaException:
+            return True  # it cannot even ask: a fresh consumer will tell
+        return position.offset >= 0 and high > position.offset
 
 
 def _close_quietly(consumer: Consumer) -> None:

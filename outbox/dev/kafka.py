@@ -385,20 +385,31 @@ class LocalKafka:
                 self._proc.wait(timeout=1)
             self._proc = None
 
-    @contextlib.contextmanager
-    def frozen(self) -> Iterator[None]:
-        """SIGSTOP the broker for the block, then SIGCONT: a stalled machine, not a crash.
+    def freeze(self) -> None:
+        """SIGSTOP: a stalled machine, not a crash.
 
         Clients keep their connections open and hear nothing, the case where a
         client waiting on an answer (rather than on a refused connection) can wedge.
         """
-        if self._proc is None:
+        if not self.is_running():
             raise KafkaRuntimeError("cannot freeze a broker that is not running")
-        os.kill(self._proc.pid, signal.SIGSTOP)
+        assert self._proc is not None
+        self._proc.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """SIGCONT after :meth:`freeze` (a broker stopped or killed meanwhile: nothing to do)."""
+        if self.is_running():
+            assert self._proc is not None
+            self._proc.send_signal(signal.SIGCONT)
+
+    @contextlib.contextmanager
+    def frozen(self) -> Iterator[None]:
+        """Frozen for the block, then thawed."""
+        self.freeze()
         try:
             yield
         finally:
-            os.kill(self._proc.pid, signal.SIGCONT)
+            self.thaw()
 
     def restart(self, grace_seconds: float = DEFAULT_STOP_GRACE) -> LocalKafka:
         """Stop cleanly and start again on the same ports with the same data."""
