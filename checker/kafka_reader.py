@@ -13,7 +13,6 @@ broker with ``ListOffsets`` at both isolation levels.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import uuid
 from collections import deque
@@ -26,6 +25,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from checker.rules import HalfEntry, OpEntry
 from outbox.errors import KafkaUnavailableError
 from outbox.protocol import RawRecord, TopicNames
+from outbox.silence import close_in_background, partitions_behind
 
 log = logging.getLogger(__name__)
 
@@ -87,9 +87,8 @@ class TopicCursor:
     def _replace_consumer(self) -> None:
         """Read on with a fresh consumer from where the silent one stopped.
 
-        After a broker froze (SIGSTOP, a stalled VM) a librdkafka consumer can
-        stay silent for good once the broker is back, and neither a re-assign
-        nor a seek revives it; a new client with new connections does.
+        A consumer wedged by a broker freeze stays so (:mod:`outbox.silence`);
+        a new client with new connections reads on.
         """
         log.warning(
             "reading %s[%s] at %s: no answer, reading on with a fresh consumer",
@@ -99,7 +98,7 @@ class TopicCursor:
         )
         old, self._consumer = self._consumer, self._new_consumer()
         self.replacements += 1
-        threading.Thread(target=_close_quietly, args=(old,), daemon=True).start()
+        close_in_background(old)
         self._consumer.assign([TopicPartition(self._topic, self._partition, self._fetched_to)])
 
     def read(self, partition: int, start: int, limit: int) -> list[RawRecord]:
@@ -168,31 +167,16 @@ class TopicCursor:
         """At most every ``end_check_seconds``: does the partition go on past this consumer?
 
         A wedged consumer at the end hears of no new records, so it would
-        answer "at the end" for ever. (An open Kafka transaction also puts the
-        high watermark past a ``read_committed`` position; a fresh consumer
-        then stops at the same place, at the cost of one reconnection.)
+        answer "at the end" for ever.
         """
         now = time.monotonic()
         if now - self._end_checked_at < self._end_check_seconds:
             return False
         self._end_checked_at = now
-        partition = TopicPartition(self._topic, self._partition)
         try:
-            (position,) = self._consumer.position([partition])
-            _, high = self._consumer.get_watermark_offsets(
-                partition, timeout=min(self._timeout, 5.0), cached=False
-            )
+            return bool(partitions_behind(self._consumer, min(self._timeout, 5.0)))
         except KafkaException:
             return True  # it cannot even ask: a fresh consumer will tell
-        return position.offset >= 0 and high > position.offset
-
-
-def _close_quietly(consumer: Consumer) -> None:
-    """Close a replaced consumer off the reading thread: a wedged one may take its time."""
-    try:
-        consumer.close()
-    except (KafkaException, RuntimeError) as exc:
-        log.debug("closing a replaced consumer: %s", exc)
 
 
 class KafkaPartitionReader:

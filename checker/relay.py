@@ -62,6 +62,7 @@ from outbox.protocol import (
     real_record_of_half,
 )
 from outbox.protocol.headers import int_header, text_header
+from outbox.silence import SilenceWatch, close_in_background
 from outbox.size_limits import CHECKER_MESSAGE_MAX_BYTES, SizeLimits
 from outbox.topic_catalog import TopicCatalog
 
@@ -138,7 +139,7 @@ class Relay:
         self._group_id = group_id
         self._positions: dict[int, int] = {}
         """Per op partition, the offset after the last decision this relay read."""
-        self._idle_since: float | None = None
+        self._silence = SilenceWatch(settings.silence_seconds)
         self._consumer = self._new_consumer()
 
     # ----------------------------------------------------------- lifecycle
@@ -308,7 +309,7 @@ class Relay:
         if first is None:
             self._idle(time.monotonic())
             return BatchReport()
-        self._idle_since = None
+        self._silence.heard()
         messages = [first, *self._consumer.consume(self._settings.batch - 1, timeout=0)]
         records = [RawRecord.from_kafka(m) for m in messages if _usable(m)]
         records = [r for r in records if r.partition in self._memories]
@@ -327,18 +328,14 @@ class Relay:
         """Nothing to read: fine, unless committed decisions wait past what was read.
 
         After a broker freeze a librdkafka consumer can stay silent for good
-        (seen with 2.x: neither a re-assign nor a seek revives it). Idle while
-        an op partition's committed end lies beyond this relay's position, the
-        consumer is replaced; the group hands the partitions to the new one,
-        which resumes from the committed offsets. Until then the relay is not
-        counted alive.
+        (:mod:`outbox.silence`). Idle while an op partition's committed end
+        lies beyond this relay's position, the consumer is replaced; the group
+        hands the partitions to the new one, which resumes from the committed
+        offsets.
         """
-        if self._idle_since is None:
-            self._idle_since = now
-        if now - self._idle_since < self._settings.silence_seconds:
+        if not self._silence.time_to_ask(now):
             self.last_batch_at = now
             return
-        self._idle_since = now
         behind = self._undelivered()
         if not behind:
             self.last_batch_at = now
@@ -352,7 +349,7 @@ class Relay:
             self._halves.forget(partition)
         self._memories.clear()
         self._positions.clear()
-        threading.Thread(target=_close_quietly, args=(old,), daemon=True).start()
+        close_in_background(old)
 
     def _undelivered(self) -> list[int]:
         """Op partitions whose committed end is beyond this relay's position."""
@@ -510,14 +507,6 @@ class Relay:
             return False
 
         return decided_before
-
-
-def _close_quietly(consumer: Consumer) -> None:
-    """Close a replaced consumer off the relay's thread: a wedged one may take its time."""
-    try:
-        consumer.close()
-    except (KafkaException, RuntimeError) as exc:
-        log.debug("closing a replaced relay consumer: %s", exc)
 
 
 def _usable(message: KafkaMessage) -> bool:
