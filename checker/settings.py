@@ -87,7 +87,10 @@ class CheckerSettings(KafkaSettings):
         10_000, ge=1000, description="Kafka transaction.timeout.ms of the relay's producer"
     )
     start_timeout_seconds: float = Field(
-        10.0, gt=0, description="how long to wait for the cluster to answer at start"
+        60.0,
+        gt=0,
+        description="how long to wait at start for the cluster to answer (a replica started"
+        " during a broker restart waits it out) before exiting with an error",
     )
     health_stall_seconds: float = Field(
         120.0,
