@@ -48,7 +48,7 @@ from bench.common import (
     save_results,
     warn_if_noisy,
 )
-from outbox.dev.kafka import KAFKA_VERSION
+from outbox_devtools.kafka import KAFKA_VERSION
 
 RESULTS_PATH = Path(__file__).resolve().parent / "results" / "all.json"
 BROKER_HEAP = "1g"

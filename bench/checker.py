@@ -68,9 +68,9 @@ from checker.settings import CheckerSettings
 from outbox.acked_writer import produce_when_room
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
 from outbox.config import kafka_client_config
-from outbox.dev.kafka import KAFKA_VERSION
 from outbox.protocol import HalfRecord, TopicNames
 from outbox.reading import read_topic
+from outbox_devtools.kafka import KAFKA_VERSION
 
 GROUP = "bench-checker"
 RESULTS_PATH = Path(__file__).resolve().parent / "results" / "checker.json"

@@ -63,13 +63,13 @@ from bench.relay import drain_relay
 from outbox.acked_writer import AckedWriter
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
 from outbox.config import kafka_client_config
-from outbox.dev.kafka import KAFKA_VERSION
 from outbox.errors import HalfWriteError
 from outbox.message import EndStatus, LocalTransactionState, Message
 from outbox.producer import TransactionProducer
 from outbox.protocol import OutgoingRecord, TopicNames
 from outbox.reading import read_topic
 from outbox.settings import ProducerSettings
+from outbox_devtools.kafka import KAFKA_VERSION
 
 PREFIX = "bench"
 GROUP = "bench-producer"

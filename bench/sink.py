@@ -64,11 +64,11 @@ from checker.relay import Relay
 from outbox.acked_writer import produce_when_room
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
 from outbox.config import kafka_client_config
-from outbox.dev.kafka import KAFKA_VERSION
 from outbox.message import EndStatus, LocalTransactionState, Message
 from outbox.producer import TransactionProducer
 from outbox.protocol import Header, TopicNames
 from outbox.settings import ProducerSettings
+from outbox_devtools.kafka import KAFKA_VERSION
 
 PREFIX = "bench-sink"
 GROUP = "bench-sink"

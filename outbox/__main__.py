@@ -1,5 +1,5 @@
 """``python -m outbox``: the same as the ``outbox`` console script."""
 
-from outbox.cli import main
+from outbox_cli import main
 
 main()

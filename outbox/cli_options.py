@@ -54,7 +54,7 @@ def kafka_settings(
 ) -> KafkaSettings:
     """Settings from the shared options, falling back to the local dev broker."""
     if bootstrap is None:
-        from outbox.dev.kafka import running_bootstrap
+        from outbox_devtools.kafka import running_bootstrap
 
         bootstrap = running_bootstrap()
     if bootstrap is None:

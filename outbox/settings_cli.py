@@ -196,7 +196,7 @@ def _bootstrap_fallback(model: type[BaseSettings], flags: FlagNames) -> str | No
     variables = env_names(model, _BOOTSTRAP)
     if any(variable in os.environ for variable in variables):
         return None
-    from outbox.dev.kafka import running_bootstrap
+    from outbox_devtools.kafka import running_bootstrap
 
     found = running_bootstrap()
     if found is None:

@@ -3,7 +3,7 @@
 pyspark's wheel ships Spark without its Kafka connector. Spark could fetch it
 itself (``spark.jars.packages``), but that downloads through Ivy at every cold
 start and needs the network then; instead Maven resolves it once into the
-git-ignored cache (like the Kafka broker's jars, :mod:`outbox.dev.kafka`), and
+git-ignored cache (like the Kafka broker's jars, :mod:`outbox_devtools.kafka`), and
 sessions get the jars through ``spark.jars`` with no network at all.
 
 Jars that pyspark already ships (Scala, Hadoop client, snappy, lz4, slf4j, ...)
@@ -27,7 +27,8 @@ import os
 import re
 from pathlib import Path
 
-from outbox.dev import maven, processes
+from outbox_devtools import processes
+from spark_sink import maven
 from spark_sink.errors import SparkJarsError
 
 SCALA_VERSION = "2.13"

@@ -19,7 +19,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from outbox.dev import processes
+from outbox_devtools import processes
 from spark_sink.errors import SparkJarsError
 from spark_sink.jars import connector_coordinates, spark_kafka_jars
 

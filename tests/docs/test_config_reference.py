@@ -14,9 +14,9 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from typer.testing import CliRunner
 
-from outbox import config_reference
-from outbox.cli import app
-from outbox.config_reference import END_MARKER, START_MARKER, WRITE_COMMAND, Component
+from outbox_cli import app
+from outbox_devtools import config_reference
+from outbox_devtools.config_reference import END_MARKER, START_MARKER, WRITE_COMMAND, Component
 
 README = Path(__file__).parents[2] / "README.md"
 

@@ -17,8 +17,8 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from outbox.dev import processes
-from outbox.dev.kafka import (
+from outbox_devtools import processes
+from outbox_devtools.kafka import (
     KAFKA_VERSION,
     KafkaRuntimeError,
     LocalKafka,
@@ -223,7 +223,7 @@ def test_jars_are_cached_and_an_incomplete_cache_is_resolved_again(
 
 def outbox(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", "from outbox.cli import main; main()", *args],
+        [sys.executable, "-c", "from outbox_cli import main; main()", *args],
         capture_output=True,
         text=True,
         timeout=180,

@@ -1,6 +1,6 @@
 """Resolve a generated pom's runtime classpath into a cache directory, once.
 
-The local Kafka broker (:mod:`outbox.dev.kafka`) and the Spark sink's Kafka
+The local Kafka broker (:mod:`outbox_devtools.kafka`) and the Spark sink's Kafka
 source (:mod:`spark_sink.jars`) both need official jars from Maven Central on
 machines that have Maven but no Docker. The rules live here once: the pom is
 written by Python (so it works from an installed wheel), Maven copies the

@@ -25,9 +25,9 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings
 
 from checker.settings import CheckerSettings
-from outbox.chaos.settings import ChaosSettings
 from outbox.config import KafkaSettings, env_names
 from outbox.settings import ProducerSettings
+from outbox_devtools.chaos.settings import ChaosSettings
 from spark_sink.settings import SinkSettings
 
 START_MARKER = "<!-- config-reference:start -->"
@@ -112,7 +112,7 @@ COMPONENTS: tuple[Component, ...] = (
     ),
     Component(
         "Chaos proof: `outbox chaos`",
-        "`outbox.chaos.settings.ChaosSettings`; `make chaos SEED=N` passes `--seed`.",
+        "`outbox_devtools.chaos.settings.ChaosSettings`; `make chaos SEED=N` passes `--seed`.",
         ChaosSettings,
         commands=(("chaos",),),
         other_options=True,

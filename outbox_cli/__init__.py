@@ -16,13 +16,13 @@ import typer
 from checker.cli import register as register_checker
 from checker.discard import register as register_discard
 from checker.status import register as register_status
-from outbox import config_reference
-from outbox.chaos.settings import ChaosSettings
 from outbox.cli_errors import PlainErrorsGroup, run_program
-from outbox.dev.kafka_cli import kafka_app
 from outbox.settings_cli import settings_command
 from outbox.sql.cli import db_app
 from outbox.topics_cli import topics_app
+from outbox_devtools import config_reference
+from outbox_devtools.chaos.settings import ChaosSettings
+from outbox_devtools.kafka_cli import kafka_app
 from spark_sink.cli import register as register_sink
 from spark_sink.cli import spark_app
 
@@ -49,14 +49,14 @@ register_sink(app)
 @app.command()
 def demo() -> None:
     """Run the main job end to end on embedded defaults (local Kafka broker)."""
-    from outbox.demo import main as demo_main
+    from outbox_devtools.demo import main as demo_main
 
     demo_main()
 
 
 def _run_chaos(settings: ChaosSettings) -> None:
-    from outbox.chaos.run import run as run_chaos
     from outbox.console import make_console
+    from outbox_devtools.chaos.run import run as run_chaos
 
     sys.exit(run_chaos(make_console(), settings))
 

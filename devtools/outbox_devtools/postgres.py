@@ -33,7 +33,7 @@ from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import Self
 
-from outbox.dev import processes
+from outbox_devtools import processes
 
 SERVER_PACKAGE = "postgresql"
 """The Debian/Ubuntu package that carries ``initdb`` and ``postgres``."""
