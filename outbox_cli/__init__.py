@@ -1,4 +1,12 @@
-"""The ``outbox`` command line: one entry point, one sub-command group per part.
+"""The ``outbox`` command line: one entry point, its sub-commands declared by each package.
+
+The core library (``outbox``) must not import the parts built on it (the checker,
+the sink, the developer tooling), and a wheel of the library must work without
+the tooling. So no module names the sub-commands: each distribution lists its
+own in the ``kafka_outbox.commands`` entry-point group and this module, above
+them all, joins the ones installed. An entry's name is the command path it adds
+(``checker``, ``dev.spark``), its value a ``register(parent)`` function that adds
+that one command or group to ``parent``.
 
 Errors the outbox raises on purpose (bad settings, an unreachable cluster,
 mismatched topics, malformed records) end the command with their message and
@@ -7,94 +15,65 @@ exit code 1, not a traceback (``OUTBOX_DEBUG=1`` shows it).
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-from typing import Annotated
+from collections.abc import Callable, Iterable
+from importlib.metadata import EntryPoint, entry_points
 
 import typer
 
-from checker.cli import register as register_checker
-from checker.discard import register as register_discard
-from checker.status import register as register_status
 from outbox.cli_errors import PlainErrorsGroup, run_program
-from outbox.settings_cli import settings_command
-from outbox.sql.cli import db_app
-from outbox.topics_cli import topics_app
-from outbox_devtools import config_reference
-from outbox_devtools.chaos.settings import ChaosSettings
-from outbox_devtools.kafka_cli import kafka_app
-from spark_sink.cli import register as register_sink
-from spark_sink.cli import spark_app
 
-app = typer.Typer(
-    name="outbox",
-    help="Transactional outbox on Kafka: topics, local runtimes, checker, sink.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    cls=PlainErrorsGroup,
-)
-app.add_typer(topics_app, name="topics")
-register_checker(app)
-register_status(app)
-register_discard(app)
-app.add_typer(db_app, name="db")
+COMMANDS_GROUP = "kafka_outbox.commands"
 
-dev_app = typer.Typer(help="Local runtimes for development and tests.", no_args_is_help=True)
-dev_app.add_typer(kafka_app, name="kafka")
-dev_app.add_typer(spark_app, name="spark")
-app.add_typer(dev_app, name="dev")
-register_sink(app)
+GROUP_HELP = {"dev": "Local runtimes for development and tests."}
+"""Help of the groups several distributions add to (``dev kafka`` and ``dev spark``)."""
 
 
-@app.command()
-def demo() -> None:
-    """Run the main job end to end on embedded defaults (local Kafka broker)."""
-    from outbox_devtools.demo import main as demo_main
-
-    demo_main()
-
-
-def _run_chaos(settings: ChaosSettings) -> None:
-    from outbox.console import make_console
-    from outbox_devtools.chaos.run import run as run_chaos
-
-    sys.exit(run_chaos(make_console(), settings))
+def _names(app: typer.Typer) -> set[str]:
+    commands = {
+        info.name or typer.main.get_command_name(info.callback.__name__)
+        for info in app.registered_commands
+        if info.callback is not None
+    }
+    return commands | {info.name for info in app.registered_groups if info.name}
 
 
-settings_command(
-    app,
-    "chaos",
-    ChaosSettings,
-    _run_chaos,
-    help="Run the pipeline under seeded faults (kill -9 of producers, of a producer answering"
-    " a check, of one or every checker replica; broker restarts) and verify every commit is"
-    " published once, nothing committed is lost and nothing rolled back is visible.",
-    log_level="WARNING",
-)
+def _group(groups: dict[tuple[str, ...], typer.Typer], path: tuple[str, ...]) -> typer.Typer:
+    """The group at ``path``, created (with its parents) the first time an entry needs it."""
+    if path not in groups:
+        group = typer.Typer(help=GROUP_HELP.get(path[-1]), no_args_is_help=True)
+        _group(groups, path[:-1]).add_typer(group, name=path[-1])
+        groups[path] = group
+    return groups[path]
 
 
-@app.command("config-reference")
-def config_reference_command(
-    write: Annotated[
-        Path | None,
-        typer.Option(
-            "--write",
-            exists=True,
-            dir_okay=False,
-            writable=True,
-            help="Rewrite the section between the config-reference markers of this Markdown"
-            " file (README.md) instead of printing.",
-            show_default=False,
-        ),
-    ] = None,
-) -> None:
-    """Print the configuration reference (Markdown), generated from the settings objects."""
-    reference = config_reference.render(app)
-    if write is None:
-        typer.echo(reference, nl=False)
-        return
-    changed = config_reference.write_section(write, reference)
-    typer.echo(f"{write}: configuration reference {'updated' if changed else 'already current'}")
+def build_app(entries: Iterable[EntryPoint] | None = None) -> typer.Typer:
+    """The ``outbox`` command with every installed package's sub-commands.
+
+    Two packages claiming one name, or an entry that adds another name than its
+    own, is an error at start-up rather than one command silently hiding the other.
+    """
+    app = typer.Typer(
+        name="outbox",
+        help="Transactional outbox on Kafka: topics, checker, sink, and the installed tooling.",
+        no_args_is_help=True,
+        pretty_exceptions_enable=False,
+        cls=PlainErrorsGroup,
+    )
+    groups: dict[tuple[str, ...], typer.Typer] = {(): app}
+    found = entry_points(group=COMMANDS_GROUP) if entries is None else entries
+    for entry in sorted(found, key=lambda e: (e.name.count("."), e.name)):
+        *parents, name = entry.name.split(".")
+        parent = _group(groups, tuple(parents))
+        if name in _names(parent):
+            raise RuntimeError(f"`outbox {entry.name.replace('.', ' ')}` is declared twice")
+        register: Callable[[typer.Typer], None] = entry.load()
+        register(parent)
+        if name not in _names(parent):
+            raise RuntimeError(f"{entry.value} (entry {entry.name!r}) did not add {name!r}")
+    return app
+
+
+app = build_app()
 
 
 def main() -> None:

@@ -51,7 +51,7 @@ class KafkaRuntimeError(RuntimeError):
 
 def kafka_home() -> Path:
     """Per-version cache directory holding the generated pom and the jars."""
-    return processes.cache_dir() / f"kafka-{KAFKA_VERSION}"
+    return maven.cache_dir() / f"kafka-{KAFKA_VERSION}"
 
 
 def ensure_kafka_jars() -> Path:

@@ -30,6 +30,11 @@ kafka_app = typer.Typer(
 )
 
 
+def register(app: typer.Typer) -> None:
+    """Add ``kafka`` to ``outbox dev``."""
+    app.add_typer(kafka_app, name="kafka")
+
+
 @kafka_app.command()
 def start(
     port: Annotated[int, typer.Option(help="Client port on 127.0.0.1 (0: any free).")] = 0,

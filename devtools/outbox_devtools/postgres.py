@@ -34,6 +34,7 @@ from types import ModuleType, TracebackType
 from typing import Self
 
 from outbox_devtools import processes
+from spark_sink.maven import cache_dir
 
 SERVER_PACKAGE = "postgresql"
 """The Debian/Ubuntu package that carries ``initdb`` and ``postgres``."""
@@ -142,7 +143,7 @@ def _install_with_apt() -> None:
             f"the PostgreSQL server (package {SERVER_PACKAGE!r} on Debian/Ubuntu) or set "
             f"${BIN_DIR_ENV} to its bin directory"
         )
-    cache = processes.cache_dir()
+    cache = cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
     log_path = cache / "postgres-apt-install.log"
     with (cache / "postgres-install.lock").open("w") as lock:

@@ -748,7 +748,8 @@ def test_dockerignore_keeps_what_pip_install_needs() -> None:
         if line.strip() and not line.startswith("#")
     }
     needed = {
-        *("pyproject.toml", "README.md", "outbox", "checker", "spark_sink", "migrations"),
+        *("pyproject.toml", "README.md", "outbox", "outbox_cli", "checker", "spark_sink"),
+        "migrations",
         "examples",  # the demo service runs examples/order_service.py
     }
     assert not needed & ignored
