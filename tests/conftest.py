@@ -5,4 +5,9 @@ servers; else testcontainers where a Docker engine answers; else local processes
 (see :mod:`outbox_devtools`). A test that needs one and cannot get it fails, never skips.
 """
 
-pytest_plugins = ["tests.fixtures.kafka", "tests.fixtures.postgres"]
+pytest_plugins = [
+    "outbox_devtools.testing",
+    "tests.fixtures.kafka",
+    "tests.fixtures.postgres",
+    "pytester",
+]
