@@ -21,7 +21,8 @@ import pytest
 import sqlalchemy as sa
 
 from outbox_devtools import processes
-from outbox_devtools.postgres import LocalPostgres, PostgresNotFound, PostgresStartError
+from outbox_devtools.postgres import LocalPostgres, PostgresStartError
+from outbox_devtools.postgres_binaries import PostgresNotFound
 
 pytestmark = pytest.mark.postgres
 
