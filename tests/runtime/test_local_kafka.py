@@ -257,6 +257,14 @@ def test_cli_start_status_stop(dev_env: dict[str, str]) -> None:
     assert status.returncode == 0
     assert f"bootstrap: {bootstrap}" in status.stdout
 
+    # The library's commands find the tooling's broker (kafka_outbox.bootstrap).
+    no_bootstrap = {k: v for k, v in dev_env.items() if k != "OUTBOX_BOOTSTRAP_SERVERS"}
+    created = outbox("topics", "create", "--partitions", "1", "--prefix", "devb", env=no_bootstrap)
+    assert created.returncode == 0, created.stderr
+    assert (
+        "devb.half" in AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics
+    )
+
     again = outbox("dev", "kafka", "start", env=dev_env)
     assert again.returncode == 0
     assert "already running" in again.stderr
