@@ -8,11 +8,14 @@ INSTALLED := $(VENV)/.installed
 
 .PHONY: install kafka-jars demo chaos test lint format clean bench bench-producer bench-checker spark-jars bench-sink
 
-$(INSTALLED): pyproject.toml
-	@echo "==> creating $(VENV) and installing the project with its test extras"
+# The library with its test extras, and next to it the developer tooling
+# (devtools/: local runtimes, demo, chaos, pytest plugin), which is not in the
+# library's wheel and adds its sub-commands to `outbox`.
+$(INSTALLED): pyproject.toml devtools/pyproject.toml
+	@echo "==> creating $(VENV) and installing the library and the developer tooling"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip 'setuptools>=77'
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test]' -e ./devtools
 	@touch $@
 
 install: $(INSTALLED)
@@ -57,4 +60,4 @@ format: install
 	$(BIN)/ruff check --fix .
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info devtools/*.egg-info

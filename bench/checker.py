@@ -50,9 +50,10 @@ import confluent_kafka
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from rich.console import Console
-from rich.table import Table
 
+from bench.aims import AIM_HALVES_PER_S, AIM_RSS_MB
 from bench.checker_driver import Answerer, WalkResult, skewed_clock, walk_backlog
+from bench.checker_table import fmt, results_table
 from bench.common import (
     bench_main,
     count_label,
@@ -68,15 +69,13 @@ from checker.settings import CheckerSettings
 from outbox.acked_writer import produce_when_room
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
 from outbox.config import kafka_client_config
-from outbox.dev.kafka import KAFKA_VERSION
 from outbox.protocol import HalfRecord, TopicNames
 from outbox.reading import read_topic
+from outbox_devtools.kafka import KAFKA_VERSION
 
 GROUP = "bench-checker"
 RESULTS_PATH = Path(__file__).resolve().parent / "results" / "checker.json"
 BORN_AGO_MS = 600_000
-AIM_HALVES_PER_S = 20_000
-AIM_RSS_MB = 300
 
 
 # --------------------------------------------------------------------------- writing the backlog
@@ -260,7 +259,7 @@ def scan_phase(
             answers_per_s = answerer.rate()
             console.print(
                 f"    producer answered {answered:,} of {walk.checks_sent:,} checks "
-                f"in {wait:.1f}s: {_fmt(answers_per_s)} answers/s",
+                f"in {wait:.1f}s: {fmt(answers_per_s)} answers/s",
                 highlight=False,
             )
     finally:
@@ -436,58 +435,6 @@ class Report:
         return self.rss.peak_rss_mb if self.rss else None
 
 
-def _fmt(value: float | None, spec: str = ",.0f") -> str:
-    return "-" if value is None else format(value, spec)
-
-
-def _table(scan: ScanResult, rss: RssResult | None) -> Table:
-    table = Table(title="checker: one half partition, one local broker")
-    for column in ("measure", "backlog", "rounds", "checks sent", "round s", "result", "aim"):
-        table.add_column(column, justify="right" if column != "measure" else "left")
-    verdict = "ok" if scan.halves_per_s >= AIM_HALVES_PER_S else "BELOW"
-    table.add_row(
-        "scan rate (halves/s)",
-        f"{scan.halves:,} x {scan.value_bytes} B",
-        str(scan.walk.rounds),
-        f"{scan.walk.checks_sent:,}",
-        f"{scan.walk.round_seconds:.1f}",
-        f"{scan.halves_per_s:,.0f}",
-        f">= {AIM_HALVES_PER_S:,} {verdict}",
-    )
-    if scan.checks_answered is not None:
-        table.add_row(
-            "answers/s (producer group)",
-            f"{scan.walk.checks_sent:,} checks",
-            "",
-            f"{scan.checks_answered:,} answered",
-            _fmt(scan.answer_wait_seconds, ".1f"),
-            _fmt(scan.answers_per_s),
-            "",
-        )
-    if rss is not None and rss.walk is not None:
-        peak = rss.peak_rss_mb
-        verdict = "ok" if peak is not None and peak < AIM_RSS_MB else "ABOVE"
-        table.add_row(
-            "peak RSS (MiB)",
-            f"{rss.halves:,} x {rss.value_bytes} B",
-            str(rss.walk.rounds),
-            f"{rss.walk.checks_sent:,}",
-            f"{rss.walk.round_seconds:.1f}",
-            _fmt(peak, ".0f"),
-            f"< {AIM_RSS_MB} {verdict}",
-        )
-        table.add_row(
-            "  its scan rate (halves/s)",
-            "",
-            "",
-            "",
-            "",
-            _fmt(rss.halves_per_s),
-            "",
-        )
-    return table
-
-
 def run(console: Console, options: Options) -> int:
     return run_on_broker(console, options, _run_against, heap="1g")
 
@@ -512,7 +459,7 @@ def measure(console: Console, options: Options, bootstrap: str, broker_pid: int 
     rss = None if options.skip_rss else rss_phase(console, options, bootstrap)
     other = scan.cpu_pct.get("other") or 0.0
     warn_if_noisy(console, other, "the walk")
-    console.print(_table(scan, rss))
+    console.print(results_table(scan, rss))
     problems = _problems(scan, rss)
     for problem in problems:
         console.print(f"[red]problem:[/] {problem}", highlight=False)

@@ -10,16 +10,17 @@ from __future__ import annotations
 import gc
 import json
 import logging
+import math
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
 from outbox.console import make_console
-from outbox.dev.kafka import LocalKafka, ensure_kafka_jars
+from outbox_devtools.kafka import LocalKafka, ensure_kafka_jars
 
 
 def host_cpu_seconds() -> float | None:
@@ -103,6 +104,15 @@ def save_results(console: Console, path: Path | None, document: dict[str, Any]) 
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(document, indent=2) + "\n")
     console.print(f"results written to {path}", highlight=False)
+
+
+def percentile_ms(values: Sequence[float], q: float, digits: int = 3) -> float | None:
+    """Nearest-rank percentile of ``values`` (seconds), in milliseconds to ``digits`` places."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return round(ordered[rank - 1] * 1000, digits)
 
 
 def figure(value: float | None, spec: str) -> str:

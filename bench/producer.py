@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import math
 import os
 import platform
 import threading
@@ -47,29 +46,30 @@ from typing import Any
 import confluent_kafka
 from confluent_kafka.admin import AdminClient
 from rich.console import Console
-from rich.table import Table
 
 from bench.common import (
     bench_main,
     figure,
     host_cpu_seconds,
+    percentile_ms,
     print_last_line,
     process_cpu_seconds,
     run_on_broker,
     save_results,
     warn_if_noisy,
 )
+from bench.producer_table import cell_line, results_table
 from bench.relay import drain_relay
 from outbox.acked_writer import AckedWriter
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
 from outbox.config import kafka_client_config
-from outbox.dev.kafka import KAFKA_VERSION
 from outbox.errors import HalfWriteError
 from outbox.message import EndStatus, LocalTransactionState, Message
 from outbox.producer import TransactionProducer
 from outbox.protocol import OutgoingRecord, TopicNames
 from outbox.reading import read_topic
 from outbox.settings import ProducerSettings
+from outbox_devtools.kafka import KAFKA_VERSION
 
 PREFIX = "bench"
 GROUP = "bench-producer"
@@ -189,6 +189,12 @@ class CellResult:
     other_cpu_pct: float | None = None
     """CPU used by other processes on the host meanwhile: noise in a shared machine's numbers."""
 
+    def ratio_to(self, plain: CellResult | None) -> float | None:
+        """This cell's throughput over ``plain``'s: what the outbox keeps of a plain send."""
+        if plain is None or not plain.msgs_per_s:
+            return None
+        return self.msgs_per_s / plain.msgs_per_s
+
 
 @dataclass
 class _Run:
@@ -283,15 +289,6 @@ def _other(host: float | None, client: float | None, broker: float | None) -> fl
     return round(max(0.0, host - client - (broker or 0.0)), 1)
 
 
-def percentile_ms(values: Sequence[float], q: float) -> float | None:
-    """Nearest-rank percentile of ``values`` (seconds), in milliseconds."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = max(1, math.ceil(q / 100 * len(ordered)))
-    return round(ordered[rank - 1] * 1000, 3)
-
-
 def summarise(mode: str, senders: int, run: _Run, seconds: float) -> CellResult:
     """Throughput and latencies of the sends that completed inside the window."""
     inside = [s for s in run.samples if run.window_start <= s[0] < run.window_end]
@@ -359,40 +356,6 @@ class Report:
         return plain, outbox, _ratio(plain, outbox)
 
 
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
-
-
-def _pair(p50: float | None, p99: float | None) -> str:
-    return f"{_ms(p50)} / {_ms(p99)}"
-
-
-def _cell_line(result: CellResult) -> str:
-    """One progress line; latencies as p50/p99 in ms, CPU as % of one core."""
-    line = (
-        f"    {result.mode:<6} senders={result.senders:<3} {result.msgs_per_s:>8,.0f} msg/s"
-        f"  send {_short(result.send_p50_ms, result.send_p99_ms)}"
-    )
-    if result.mode == "outbox":
-        line += (
-            f"  half {_short(result.half_p50_ms, result.half_p99_ms)}"
-            f"  end {_short(result.end_p50_ms, result.end_p99_ms)}"
-        )
-    cpu = " ".join(
-        f"{name} {_ms(value) if value is None else f'{value:.0f}'}"
-        for name, value in (
-            ("client", result.client_cpu_pct),
-            ("broker", result.broker_cpu_pct),
-            ("other", result.other_cpu_pct),
-        )
-    )
-    return line + f"  | {result.attempts:,} sends, {result.errors} errors | cpu% {cpu}"
-
-
-def _short(p50: float | None, p99: float | None) -> str:
-    return f"{_ms(p50)}/{_ms(p99)}ms"
-
-
 def _run_cells(
     console: Console, options: Options, bootstrap: str, broker_pid: int | None
 ) -> tuple[list[CellResult], bool]:
@@ -426,7 +389,7 @@ def _run_cells(
                     highlight=False,
                 )
             results.append(result)
-            console.print(_cell_line(result), highlight=False)
+            console.print(cell_line(result), highlight=False)
             # A closed TransactionProducer sits in reference cycles: collect it now, so its
             # Kafka clients neither poll the broker during the next cells nor outlive it.
             gc.collect()
@@ -460,49 +423,6 @@ def _outbox_cell(
     result.committed = sum(outbox.committed)
     result.not_committed = dict(outbox.not_committed)
     return result
-
-
-def _table(results: list[CellResult], options: Options) -> Table:
-    by_cell = {(r.mode, r.senders): r for r in results}
-    table = Table(
-        title=(
-            f"sync sends: plain vs transactional outbox ({options.value_bytes} B values, "
-            f"{options.partitions} partitions, one local broker, {options.seconds:g}s per cell)"
-        )
-    )
-    columns = (
-        "senders",
-        "plain msg/s",
-        "outbox msg/s",
-        "ratio outbox/plain",
-        "outbox end p50 ms",
-        "end p99 ms",
-        "plain send p50/p99 ms",
-        "outbox send p50/p99 ms",
-    )
-    for column in columns:
-        table.add_column(column, justify="right")
-    for senders in options.senders:
-        plain = by_cell.get(("plain", senders))
-        outbox = by_cell.get(("outbox", senders))
-        ratio = _ratio(plain, outbox)
-        table.add_row(
-            str(senders),
-            f"{plain.msgs_per_s:,.0f}" if plain else "-",
-            f"{outbox.msgs_per_s:,.0f}" if outbox else "-",
-            "-" if ratio is None else f"{ratio:.3f}",
-            _ms(outbox.end_p50_ms) if outbox else "-",
-            _ms(outbox.end_p99_ms) if outbox else "-",
-            _pair(plain.send_p50_ms, plain.send_p99_ms) if plain else "-",
-            _pair(outbox.send_p50_ms, outbox.send_p99_ms) if outbox else "-",
-        )
-    return table
-
-
-def _ratio(plain: CellResult | None, outbox: CellResult | None) -> float | None:
-    if plain is None or outbox is None or not plain.msgs_per_s:
-        return None
-    return outbox.msgs_per_s / plain.msgs_per_s
 
 
 def _count_committed_reals(bootstrap: str) -> int:
@@ -580,7 +500,7 @@ def measure(console: Console, options: Options, bootstrap: str, broker_pid: int 
 
     busiest = max((r.other_cpu_pct or 0.0 for r in results), default=0.0)
     warn_if_noisy(console, busiest, "the cells")
-    console.print(_table(results, options))
+    console.print(results_table(results, options))
     summary = _summary(results, options)
     document = _document(
         options, bootstrap, results, verification, summary, time.monotonic() - began
@@ -596,6 +516,10 @@ def _pair_of(results: list[CellResult], senders: int) -> tuple[CellResult | None
         next((r for r in results if r.mode == mode and r.senders == senders), None)
         for mode in ("plain", "outbox")
     )
+
+
+def _ratio(plain: CellResult | None, outbox: CellResult | None) -> float | None:
+    return outbox.ratio_to(plain) if outbox else None
 
 
 def _rounded(value: float | None) -> float | None:

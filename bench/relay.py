@@ -33,8 +33,6 @@ from checker.relay import Relay, RelaySettings
 from outbox.acked_writer import produce_when_room
 from outbox.protocol import HalfRecord, OpRecord, Resolution, TopicNames
 
-AIM_COMMITS_PER_S = 20_000
-
 
 @dataclass
 class Options:

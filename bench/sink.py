@@ -30,7 +30,6 @@ import argparse
 import contextlib
 import itertools
 import json
-import math
 import os
 import platform
 import re
@@ -49,26 +48,27 @@ from urllib.parse import urlparse
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from rich.console import Console
-from rich.table import Table
 
 from bench.common import (
     bench_main,
     host_cpu_seconds,
+    percentile_ms,
     print_last_line,
     process_cpu_seconds,
     run_on_broker,
     save_results,
     warn_if_noisy,
 )
+from bench.sink_table import fmt, results_table
 from checker.relay import Relay
 from outbox.acked_writer import produce_when_room
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
 from outbox.config import kafka_client_config
-from outbox.dev.kafka import KAFKA_VERSION
 from outbox.message import EndStatus, LocalTransactionState, Message
 from outbox.producer import TransactionProducer
 from outbox.protocol import Header, TopicNames
 from outbox.settings import ProducerSettings
+from outbox_devtools.kafka import KAFKA_VERSION
 
 PREFIX = "bench-sink"
 GROUP = "bench-sink"
@@ -147,6 +147,15 @@ class Delay:
     send_errors: int = 0
     cpu: dict[str, float | None] = field(default_factory=dict)
 
+    @property
+    def expected_rows(self) -> int:
+        """The warm-up events and every committed one, each once in the table."""
+        return WARMUP_EVENTS + self.committed
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.table_rows == self.table_distinct_ids == self.expected_rows
+
 
 @dataclass
 class Report:
@@ -192,15 +201,6 @@ def cpu_usage(pids: dict[str, int | None]) -> Iterator[dict[str, float | None]]:
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def percentile_ms(values: Sequence[float], q: float) -> float | None:
-    """Nearest-rank percentile of ``values`` (seconds), in milliseconds."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = max(1, math.ceil(q / 100 * len(ordered)))
-    return round(ordered[rank - 1] * 1000, 1)
 
 
 def _local(path: str) -> str:
@@ -517,10 +517,10 @@ def measure_delay(
         committed=len(committed_at),
         landed=len(delays),
         batches=summary.batches - batches_before,
-        delay_p50_ms=percentile_ms(delays, 50),
-        delay_p99_ms=percentile_ms(delays, 99),
-        delay_max_ms=percentile_ms(delays, 100),
-        batch_p50_ms=percentile_ms(gaps, 50),
+        delay_p50_ms=percentile_ms(delays, 50, digits=1),
+        delay_p99_ms=percentile_ms(delays, 99, digits=1),
+        delay_max_ms=percentile_ms(delays, 100, digits=1),
+        batch_p50_ms=percentile_ms(gaps, 50, digits=1),
         table_rows=len(ids),
         table_distinct_ids=len(set(ids)),
         send_errors=len(errors),
@@ -541,50 +541,6 @@ class _CommitAtOnce:
 # --------------------------------------------------------------------------- the bench
 
 
-def _fmt(value: float | None, spec: str = ".0f") -> str:
-    return "-" if value is None else format(value, spec)
-
-
-def _cpu(cpu: dict[str, float | None]) -> str:
-    return " ".join(f"{name} {_fmt(value)}" for name, value in cpu.items())
-
-
-def _table(throughput: Throughput, delay: Delay, options: Options) -> Table:
-    table = Table(
-        title=(
-            f"Spark sink: Kafka → Parquet ({options.value_bytes} B values, {options.partitions} "
-            f"partitions, master {options.master}, {options.shuffle_partitions} state partitions)"
-        )
-    )
-    for column in ("measurement", "value", "detail"):
-        table.add_column(column, justify="right" if column == "value" else "left")
-    for run in (throughput.warm, throughput.cold):
-        ok = run.exactly_once and run.rows_written == throughput.events
-        table.add_row(
-            f"--once rows/s ({run.jvm})",
-            f"{run.rows_per_s:,.0f}",
-            f"{run.rows_written:,} events in {run.run_seconds:.1f}s, batches of "
-            f"{' + '.join(f'{b:.1f}' for b in run.batch_seconds)}s; table {run.table_rows:,} rows "
-            f"({'exactly once' if ok else 'MISMATCH'})",
-        )
-        table.add_row("  cpu % of a core", "", _cpu(run.cpu))
-    expected = WARMUP_EVENTS + delay.committed
-    ok_live = delay.table_rows == delay.table_distinct_ids == expected
-    detail = (
-        f"{delay.landed:,} of {delay.committed:,} events at {delay.rate:g}/s for "
-        f"{delay.seconds:g}s, trigger {delay.trigger}, {delay.batches} batches"
-    )
-    table.add_row("delay p50 ms", _fmt(delay.delay_p50_ms), detail)
-    table.add_row(
-        "delay p99 ms",
-        _fmt(delay.delay_p99_ms),
-        f"max {_fmt(delay.delay_max_ms)} ms; a batch every {_fmt(delay.batch_p50_ms)} ms (p50); "
-        f"table {delay.table_rows:,} rows ({'exactly once' if ok_live else 'MISMATCH'})",
-    )
-    table.add_row("  cpu % of a core", "", _cpu(delay.cpu))
-    return table
-
-
 def run(console: Console, options: Options) -> int:
     return run_on_broker(console, options, _run_against, heap="1g")
 
@@ -595,7 +551,7 @@ def _run_against(console: Console, options: Options, bootstrap: str, broker_pid:
     print_last_line(
         console,
         f"bench-sink: rows_per_s={report.throughput.rows_per_s:.0f} "
-        f"delay_p50_ms={_fmt(delay.delay_p50_ms)} delay_p99_ms={_fmt(delay.delay_p99_ms)}",
+        f"delay_p50_ms={fmt(delay.delay_p50_ms)} delay_p99_ms={fmt(delay.delay_p99_ms)}",
     )
     return 0 if report.ok else 1
 
@@ -631,12 +587,12 @@ def measure(console: Console, options: Options, bootstrap: str, broker_pid: int 
         delay.cpu.get("other") or 0.0,
     )
     warn_if_noisy(console, busiest, "the runs")
-    console.print(_table(throughput, delay, options))
+    console.print(results_table(throughput, delay, options))
     exact_once = all(
         run.exactly_once and run.rows_written == options.events
         for run in (throughput.cold, throughput.warm)
     )
-    exact_live = delay.table_rows == delay.table_distinct_ids == WARMUP_EVENTS + delay.committed
+    exact_live = delay.exactly_once
     document = {
         "bench": "sink",
         "created_unix": round(time.time(), 3),

@@ -36,8 +36,8 @@ from confluent_kafka.admin import AdminClient
 from pydantic import ValidationError
 from rich.console import Console
 
-from bench.common import bench_main, run_on_broker
-from bench.producer import percentile_ms, run_cell
+from bench.common import bench_main, percentile_ms, run_on_broker
+from bench.producer import run_cell
 from outbox import LocalTransactionState, Message, TransactionProducer
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
 from outbox.message import EndStatus
@@ -45,7 +45,6 @@ from outbox.protocol import Header, TopicNames
 from outbox.settings import ProducerSettings
 
 GROUP = "bench-visible"
-AIM_VISIBLE_P99_MS = 50.0
 _TXN_HEADER = Header.TRANSACTION_ID.value
 MODES = ("sync", "oneway")
 

@@ -23,10 +23,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Any
 
-import typer
 from confluent_kafka import (
     OFFSET_INVALID,
     Consumer,
@@ -35,16 +33,13 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient
-from rich.table import Table
 
 from checker.kafka_reader import TopicCursor
 from checker.relay import relay_group
 from checker.round_writer import decode_checkpoint
-from outbox.cli_options import BootstrapOption, PrefixOption, PropertiesOption, kafka_settings
 from outbox.config import KafkaSettings
-from outbox.console import make_console
 from outbox.errors import KafkaUnavailableError, TopicAdminError
-from outbox.protocol import DEFAULT_PREFIX, Header, RawRecord
+from outbox.protocol import Header, RawRecord
 
 DEFAULT_SCAN_LIMIT = 100_000
 _READ_BATCH = 500
@@ -329,143 +324,3 @@ def _count_pending(
         if part.oldest_pending_born_ms is None or born_ms < part.oldest_pending_born_ms:
             part.oldest_pending_born_ms = born_ms
     part.pending = len(pending)
-
-
-# ------------------------------------------------------------------ showing it
-
-
-def format_age(seconds: float | None) -> str:
-    """A short human age: 42s, 5m03s, 2h10m, 3d04h."""
-    if seconds is None:
-        return "-"
-    seconds = max(0, int(seconds))
-    if seconds < 60:
-        return f"{seconds}s"
-    minutes, secs = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    hours, mins = divmod(minutes, 60)
-    if hours < 24:
-        return f"{hours}h{mins:02d}m"
-    days, hrs = divmod(hours, 24)
-    return f"{days}d{hrs:02d}h"
-
-
-def status_table(status: CheckerStatus, title: str) -> Table:
-    table = Table(title=title)
-    for column in (
-        "partition",
-        "half end",
-        "half checkpoint",
-        "op checkpoint",
-        "lag",
-        "pending",
-        "oldest pending",
-        "unrelayed",
-        "owner",
-    ):
-        table.add_column(column, justify="left" if column == "owner" else "right")
-    for part in status.partitions:
-        oldest = None
-        if part.oldest_pending_born_ms is not None:
-            oldest = (status.read_at_ms - part.oldest_pending_born_ms) / 1000
-        pending = f"≥{part.pending:,}" if part.capped else f"{part.pending:,}"
-        if part.malformed:
-            pending += f" (+{part.malformed} malformed)"
-        table.add_row(
-            str(part.partition),
-            f"{part.half_end:,}",
-            "-" if part.half_checkpoint is None else f"{part.half_checkpoint:,}",
-            "-" if part.op_checkpoint is None else f"{part.op_checkpoint:,}",
-            f"{part.lag:,}",
-            pending,
-            format_age(oldest),
-            f"{part.unrelayed:,}",
-            part.owner or "-",
-        )
-    return table
-
-
-def show_status(status: CheckerStatus, where: str) -> None:
-    console = make_console()
-    console.print(status_table(status, f"checker {status.group} on {status.half_topic} ({where})"))
-    total = sum(p.pending for p in status.partitions)
-    capped = [p.partition for p in status.partitions if p.capped]
-    bound = "at least " if capped else ""
-    console.print(
-        f"pending: {bound}{total:,} transaction(s) over {len(status.partitions)} half partition(s)",
-        highlight=False,
-    )
-    unrelayed = sum(p.unrelayed for p in status.partitions)
-    console.print(
-        f"waiting for the relay: {unrelayed:,} op record(s)"
-        + (
-            " (no event of theirs is on a real topic yet; is a checker running?)"
-            if unrelayed
-            else ""
-        ),
-        highlight=False,
-    )
-    if capped:
-        console.print(
-            f"note: partitions {', '.join(map(str, capped))} have more than "
-            f"{status.scan_limit:,} halves or ops past their checkpoint; only the first "
-            f"{status.scan_limit:,} were read (raise --scan-limit for an exact count)",
-            highlight=False,
-        )
-    if all(p.half_checkpoint is None for p in status.partitions):
-        running = any(p.owner for p in status.partitions)
-        console.print(
-            f"note: group {status.group} has committed no checkpoint yet"
-            + (
-                " (its replicas have not settled a half so far)"
-                if running
-                else ": has `outbox checker` run against these topics (same --prefix, --group)?"
-            ),
-            highlight=False,
-        )
-
-
-GroupOption = Annotated[
-    str | None,
-    typer.Option(
-        "--group",
-        envvar="OUTBOX_CONSUMER_GROUP",
-        help="Consumer group of the checker replicas; default '<prefix>.checker'.",
-        show_default=False,
-    ),
-]
-ScanLimitOption = Annotated[
-    int,
-    typer.Option(
-        "--scan-limit",
-        min=1,
-        help="Most halves (and ops) read per partition past the checkpoints to count pending.",
-    ),
-]
-
-
-def status(
-    group: GroupOption = None,
-    scan_limit: ScanLimitOption = DEFAULT_SCAN_LIMIT,
-    bootstrap: BootstrapOption = None,
-    prefix: PrefixOption = DEFAULT_PREFIX,
-    properties: PropertiesOption = None,
-) -> None:
-    """Show the checker's checkpoints and pending halves per half partition."""
-    settings = kafka_settings(bootstrap, prefix, properties)
-    checker_group = group or f"{settings.topic_prefix}.checker"
-    result = read_status(settings, checker_group, scan_limit=scan_limit)
-    show_status(result, settings.bootstrap_servers)
-
-
-def register(app: typer.Typer) -> None:
-    """Add ``outbox status`` to the top-level command line."""
-    app.command("status")(status)
-
-
-def iso_ms(epoch_ms: int | None) -> str:
-    """A UTC timestamp to the second, for tables."""
-    if epoch_ms is None:
-        return "-"
-    return datetime.fromtimestamp(epoch_ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%SZ")

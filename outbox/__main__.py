@@ -1,5 +1,10 @@
-"""``python -m outbox``: the same as the ``outbox`` console script."""
+"""``python -m outbox``: runs the installed ``outbox`` console script.
 
-from outbox.cli import main
+The command line is composed above the core library (``outbox_cli``), so this
+module finds it through the package metadata instead of importing it by name.
+"""
 
-main()
+from importlib.metadata import entry_points
+
+(script,) = entry_points(group="console_scripts", name="outbox")
+script.load()()

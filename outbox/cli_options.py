@@ -7,6 +7,7 @@ fills, so a container is configured the same way as a shell.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from importlib.metadata import entry_points
 from typing import Annotated
 
 import typer
@@ -41,6 +42,24 @@ PropertiesOption = Annotated[
 ]
 
 
+BOOTSTRAP_FINDERS = "kafka_outbox.bootstrap"
+"""Entry-point group of ``() -> str | None`` functions naming a broker running on this machine.
+
+The core knows of no local broker; the development tooling declares one here for
+the broker ``outbox dev kafka start`` leaves running, so the commands use it when
+no bootstrap servers are given, and a wheel of the library alone does not.
+"""
+
+
+def local_bootstrap() -> str | None:
+    """Bootstrap servers of a broker an installed tool reports running here, if any."""
+    for finder in entry_points(group=BOOTSTRAP_FINDERS):
+        found = finder.load()()
+        if found:
+            return str(found)
+    return None
+
+
 def no_kafka_error(flag: str, variables: Sequence[str]) -> ConfigurationError:
     """No bootstrap servers anywhere: the three ways to give a command its Kafka."""
     return ConfigurationError(
@@ -54,9 +73,7 @@ def kafka_settings(
 ) -> KafkaSettings:
     """Settings from the shared options, falling back to the local dev broker."""
     if bootstrap is None:
-        from outbox.dev.kafka import running_bootstrap
-
-        bootstrap = running_bootstrap()
+        bootstrap = local_bootstrap()
     if bootstrap is None:
         raise no_kafka_error("--bootstrap", [BOOTSTRAP_ENV])
     explicit = {"kafka_properties": parse_properties(properties)} if properties else {}

@@ -29,7 +29,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings
 from rich.markup import escape
 
-from outbox.cli_options import no_kafka_error
+from outbox.cli_options import local_bootstrap, no_kafka_error
 from outbox.config import env_names, parse_properties, settings_error
 from outbox.errors import ConfigurationError
 
@@ -196,9 +196,7 @@ def _bootstrap_fallback(model: type[BaseSettings], flags: FlagNames) -> str | No
     variables = env_names(model, _BOOTSTRAP)
     if any(variable in os.environ for variable in variables):
         return None
-    from outbox.dev.kafka import running_bootstrap
-
-    found = running_bootstrap()
+    found = local_bootstrap()
     if found is None:
         raise no_kafka_error(_names(_BOOTSTRAP, flags)[0], variables)
     return found

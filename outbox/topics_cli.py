@@ -16,6 +16,11 @@ from outbox.protocol import DEFAULT_PREFIX
 topics_app = typer.Typer(help="Create and inspect the outbox topics.", no_args_is_help=True)
 
 
+def register(app: typer.Typer) -> None:
+    """Add ``topics`` to the ``outbox`` command line."""
+    app.add_typer(topics_app, name="topics")
+
+
 def _group_option(help_text: str) -> Any:
     """``--group``/``-g`` of a producer group's check topic; each command says what it does."""
     return Annotated[

@@ -28,6 +28,11 @@ spark_app = typer.Typer(
 )
 
 
+def register_fetch(app: typer.Typer) -> None:
+    """Add ``spark`` (``fetch``) to ``outbox dev``."""
+    app.add_typer(spark_app, name="spark")
+
+
 @spark_app.command()
 def fetch() -> None:
     """Only resolve the Spark Kafka source jars into the cache (for CI images and offline work)."""
@@ -100,7 +105,7 @@ def run(settings: SinkSettings) -> None:
 
 
 def run_standalone(argv: list[str]) -> None:
-    """``sink`` as a program of its own (``spark-submit spark_sink/job.py ...``)."""
+    """``sink`` as a program of its own (``spark-submit spark_sink/submit.py ...``)."""
     app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
     register(app)
     run_program(app, argv, prog_name="spark_sink.job")

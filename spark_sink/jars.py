@@ -3,7 +3,7 @@
 pyspark's wheel ships Spark without its Kafka connector. Spark could fetch it
 itself (``spark.jars.packages``), but that downloads through Ivy at every cold
 start and needs the network then; instead Maven resolves it once into the
-git-ignored cache (like the Kafka broker's jars, :mod:`outbox.dev.kafka`), and
+git-ignored cache (as the development tooling does for the local Kafka broker's jars), and
 sessions get the jars through ``spark.jars`` with no network at all.
 
 Jars that pyspark already ships (Scala, Hadoop client, snappy, lz4, slf4j, ...)
@@ -27,7 +27,7 @@ import os
 import re
 from pathlib import Path
 
-from outbox.dev import maven, processes
+from spark_sink import maven
 from spark_sink.errors import SparkJarsError
 
 SCALA_VERSION = "2.13"
@@ -51,7 +51,7 @@ def connector_coordinates() -> str:
 
 def spark_kafka_home() -> Path:
     """Per-version cache directory holding the generated pom and the jars."""
-    return processes.cache_dir() / f"spark-kafka-{connector_version()}"
+    return maven.cache_dir() / f"spark-kafka-{connector_version()}"
 
 
 def ensure_spark_kafka_jars() -> Path:

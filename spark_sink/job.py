@@ -36,7 +36,6 @@ from __future__ import annotations
 import contextlib
 import re
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -450,14 +449,3 @@ def run_sink(
         if own_session:
             with contextlib.suppress(Exception):
                 spark.stop()
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Entry point for ``spark-submit .../spark_sink/job.py --topics ...`` (the CLI's flags)."""
-    from spark_sink.cli import run_standalone
-
-    run_standalone(argv if argv is not None else sys.argv[1:])
-
-
-if __name__ == "__main__":
-    main()

@@ -19,7 +19,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from outbox.dev import processes
+from spark_sink import maven
 from spark_sink.errors import SparkJarsError
 from spark_sink.jars import connector_coordinates, spark_kafka_jars
 
@@ -74,7 +74,7 @@ SQL_DEFAULTS = {
 
 def quiet_log4j2_file() -> Path:
     """The driver's quiet log4j2 configuration, written into the cache on first use."""
-    path = processes.cache_dir() / "spark-log4j2-quiet.properties"
+    path = maven.cache_dir() / "spark-log4j2-quiet.properties"
     if not path.is_file() or path.read_text() != _QUIET_LOG4J2:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(_QUIET_LOG4J2)
@@ -109,7 +109,7 @@ def launch_conf(master: str | None = None, conf: dict[str, str] | None = None) -
         jars = []
         packages = [p for p in user.pop("spark.jars.packages", "").split(",") if p]
         settings["spark.jars.packages"] = ",".join([connector_coordinates(), *packages])
-        settings["spark.jars.ivy"] = str(processes.cache_dir() / "ivy")
+        settings["spark.jars.ivy"] = str(maven.cache_dir() / "ivy")
     if jars or extra_jars:
         settings["spark.jars"] = ",".join([*jars, *extra_jars])
     if not os.environ.get(DEBUG_ENV):

@@ -2,7 +2,12 @@
 
 ``OUTBOX_TEST_BOOTSTRAP`` / ``OUTBOX_TEST_DATABASE_URL`` point at existing
 servers; else testcontainers where a Docker engine answers; else local processes
-(see :mod:`outbox.dev`). A test that needs one and cannot get it fails, never skips.
+(see :mod:`outbox_devtools`). A test that needs one and cannot get it fails, never skips.
 """
 
-pytest_plugins = ["tests.fixtures.kafka", "tests.fixtures.postgres"]
+pytest_plugins = [
+    "outbox_devtools.testing",
+    "tests.fixtures.kafka",
+    "tests.fixtures.postgres",
+    "pytester",
+]

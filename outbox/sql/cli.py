@@ -24,6 +24,12 @@ db_app = typer.Typer(
     no_args_is_help=True,
 )
 
+
+def register(app: typer.Typer) -> None:
+    """Add ``db`` to the ``outbox`` command line."""
+    app.add_typer(db_app, name="db")
+
+
 UrlOption = Annotated[
     str | None,
     typer.Option(

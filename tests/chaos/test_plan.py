@@ -1,6 +1,6 @@
 """The fault schedule is a pure function of its seed, inside the run's fault window."""
 
-from outbox.chaos.plan import FIRST_FAULT_AT, LAST_FAULT_AT, FaultKind, fault_plan
+from outbox_devtools.chaos.plan import FIRST_FAULT_AT, LAST_FAULT_AT, FaultKind, fault_plan
 
 SIZES = {
     "producers": 4,

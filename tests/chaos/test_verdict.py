@@ -2,8 +2,8 @@
 
 from collections import Counter
 
-from outbox.chaos.verdict import TopicState, duplicate_causes, judge
 from outbox.protocol import OpRecord, Resolution
+from outbox_devtools.chaos.verdict import TopicState, duplicate_causes, judge
 
 
 def _op(

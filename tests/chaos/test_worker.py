@@ -5,10 +5,10 @@ import time
 import pytest
 from sqlalchemy.orm import sessionmaker
 
-from outbox.chaos import worker
-from outbox.chaos.worker import GROUP, ChaosListener, place_order
 from outbox.message import LocalTransactionState, Message
 from outbox.sql import create_engine, upgrade
+from outbox_devtools.chaos import worker
+from outbox_devtools.chaos.worker import GROUP, ChaosListener, place_order
 
 
 @pytest.fixture

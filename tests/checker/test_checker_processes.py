@@ -15,8 +15,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from outbox.dev.processes import free_port
 from outbox.protocol import OutgoingRecord
+from outbox_devtools.processes import free_port
 from tests.checker.support import (
     check_requests,
     ensure_check_topic,

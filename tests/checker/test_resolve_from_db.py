@@ -61,7 +61,7 @@ def test_producer_killed_after_db_commit_is_published_once_by_the_checker(
 ):
     process = subprocess.Popen(
         [
-            sys.executable, "-m", "outbox.demo_crash", outbox_topics.bootstrap,
+            sys.executable, "-m", "outbox_devtools.demo_crash", outbox_topics.bootstrap,
             outbox_topics.names.prefix, outbox_topics.real_topic, database, "7",
         ],
         stdout=subprocess.PIPE, text=True,

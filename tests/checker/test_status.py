@@ -11,10 +11,11 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from checker.display import format_age
 from checker.round_writer import encode_checkpoint
 from checker.service import Checker
 from checker.settings import CheckerSettings
-from checker.status import format_age, read_status
+from checker.status import read_status
 from outbox.admin import ensure_topics, plan_topics
 from outbox.config import KafkaSettings
 from outbox.errors import TopicAdminError

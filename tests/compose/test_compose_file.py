@@ -337,7 +337,7 @@ def _command_variables(name: str) -> set[str]:
     """The variables the options of ``outbox <name>`` read."""
     import typer
 
-    from outbox.cli import app
+    from outbox_cli import app
 
     command = typer.main.get_command(app).commands[name]  # type: ignore[attr-defined]
     variables: set[str] = set()
@@ -369,7 +369,7 @@ def spark_sink_problems(compose: Compose) -> list[str]:
     """
     import typer
 
-    from outbox.cli import app
+    from outbox_cli import app
 
     service = services(compose).get(SPARK_SINK, {})
     command = [str(part) for part in service.get("command") or []]
@@ -748,7 +748,8 @@ def test_dockerignore_keeps_what_pip_install_needs() -> None:
         if line.strip() and not line.startswith("#")
     }
     needed = {
-        *("pyproject.toml", "README.md", "outbox", "checker", "spark_sink", "migrations"),
+        *("pyproject.toml", "README.md", "outbox", "outbox_cli", "checker", "spark_sink"),
+        "migrations",
         "examples",  # the demo service runs examples/order_service.py
     }
     assert not needed & ignored

@@ -10,20 +10,22 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import typer
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from typer.testing import CliRunner
 
-from outbox import config_reference
-from outbox.cli import app
-from outbox.config_reference import END_MARKER, START_MARKER, WRITE_COMMAND, Component
+from outbox_cli import app
+from outbox_devtools import config_reference
+from outbox_devtools.config_reference import END_MARKER, START_MARKER, WRITE_COMMAND, Component
 
+ROOT = typer.main.get_command(app)
 README = Path(__file__).parents[2] / "README.md"
 
 
 def test_readme_configuration_reference_is_current() -> None:
     readme = README.read_text(encoding="utf-8")
-    current = config_reference.replace_section(readme, config_reference.render(app))
+    current = config_reference.replace_section(readme, config_reference.render(ROOT))
     assert readme == current, (
         "README.md's configuration reference differs from the settings objects: "
         f"run `{WRITE_COMMAND}` and commit the result"
@@ -31,7 +33,7 @@ def test_readme_configuration_reference_is_current() -> None:
 
 
 def test_every_settings_field_and_variable_is_listed() -> None:
-    reference = config_reference.render(app)
+    reference = config_reference.render(ROOT)
     for component in config_reference.COMPONENTS:
         if component.settings is None:
             continue
@@ -56,20 +58,20 @@ class _Undocumented(BaseSettings):
 
 
 def test_secret_defaults_are_never_shown() -> None:
-    reference = config_reference.render(app, [Component("Secretive", "A test.", _Secretive)])
+    reference = config_reference.render(ROOT, [Component("Secretive", "A test.", _Secretive)])
     assert "hunter2" not in reference
     assert "| `password` | `DEMO_PASSWORD` | set, not shown | client properties |" in reference
 
 
 def test_a_field_without_description_is_an_error() -> None:
     with pytest.raises(ValueError, match="'retries' has no description"):
-        config_reference.render(app, [Component("Undocumented", "A test.", _Undocumented)])
+        config_reference.render(ROOT, [Component("Undocumented", "A test.", _Undocumented)])
 
 
 def test_options_that_fill_no_field_are_an_error() -> None:
     component = Component("Sink", "x", _Secretive, commands=(("sink",),))
     with pytest.raises(ValueError, match="fills no field"):
-        config_reference.render(app, [component])
+        config_reference.render(ROOT, [component])
 
 
 def test_write_rewrites_only_the_marked_section(tmp_path: Path) -> None:

@@ -17,8 +17,8 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from outbox.dev import processes
-from outbox.dev.kafka import (
+from outbox_devtools import processes
+from outbox_devtools.kafka import (
     KAFKA_VERSION,
     KafkaRuntimeError,
     LocalKafka,
@@ -223,7 +223,7 @@ def test_jars_are_cached_and_an_incomplete_cache_is_resolved_again(
 
 def outbox(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", "from outbox.cli import main; main()", *args],
+        [sys.executable, "-c", "from outbox_cli import main; main()", *args],
         capture_output=True,
         text=True,
         timeout=180,
@@ -256,6 +256,14 @@ def test_cli_start_status_stop(dev_env: dict[str, str]) -> None:
     status = outbox("dev", "kafka", "status", env=dev_env)
     assert status.returncode == 0
     assert f"bootstrap: {bootstrap}" in status.stdout
+
+    # The library's commands find the tooling's broker (kafka_outbox.bootstrap).
+    no_bootstrap = {k: v for k, v in dev_env.items() if k != "OUTBOX_BOOTSTRAP_SERVERS"}
+    created = outbox("topics", "create", "--partitions", "1", "--prefix", "devb", env=no_bootstrap)
+    assert created.returncode == 0, created.stderr
+    assert (
+        "devb.half" in AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics
+    )
 
     again = outbox("dev", "kafka", "start", env=dev_env)
     assert again.returncode == 0

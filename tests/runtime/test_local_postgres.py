@@ -20,8 +20,9 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from outbox.dev import processes
-from outbox.dev.postgres import LocalPostgres, PostgresNotFound, PostgresStartError
+from outbox_devtools import processes
+from outbox_devtools.postgres import LocalPostgres, PostgresStartError
+from outbox_devtools.postgres_binaries import PostgresNotFound
 
 pytestmark = pytest.mark.postgres
 
@@ -125,7 +126,7 @@ def test_server_dies_with_the_process_that_started_it(tmp_path: Path) -> None:
     script = textwrap.dedent(
         """
         import os, sys
-        from outbox.dev.postgres import LocalPostgres
+        from outbox_devtools.postgres import LocalPostgres
         pg = LocalPostgres(base_dir=sys.argv[1]).start()
         print(pg.pid, pg.port, pg.root_dir, flush=True)
         os.kill(os.getpid(), 9)

@@ -16,7 +16,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from outbox import LocalTransactionState
-from outbox.dev.processes import free_port
+from outbox_devtools.processes import free_port
 from spark_sink import run_sink
 from spark_sink.jars import ensure_spark_kafka_jars
 from tests.spark_sink.conftest import SinkTopics, read_table, sink_settings
@@ -34,7 +34,7 @@ SPARK_FLAGS = (
 
 def outbox(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", "from outbox.cli import main; main()", *args],
+        [sys.executable, "-c", "from outbox_cli import main; main()", *args],
         capture_output=True,
         text=True,
         timeout=240,

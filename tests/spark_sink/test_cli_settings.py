@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner, Result
 
-from outbox.cli import app
 from outbox.errors import ConfigurationError
+from outbox_cli import app
 from spark_sink.cli import run_standalone
 from spark_sink.settings import SinkSettings
 

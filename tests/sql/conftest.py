@@ -146,6 +146,6 @@ def execute_as_send(
 
 def free_port() -> int:
     """A loopback port with nothing listening (just closed)."""
-    from outbox.dev.processes import free_port as pick
+    from outbox_devtools.processes import free_port as pick
 
     return pick()

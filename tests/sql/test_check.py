@@ -87,7 +87,7 @@ def test_unreachable_database_answers_unknown_never_rollback(backend, tmp_path):
 @pytest.mark.postgres
 def test_database_stopped_under_the_listener_answers_unknown():
     """A server that goes away after start-up: pooled connections die, the answer stays UNKNOW."""
-    from outbox.dev.postgres import LocalPostgres
+    from outbox_devtools.postgres import LocalPostgres
 
     with LocalPostgres() as server:
         from outbox.sql import LogTarget, upgrade

@@ -158,7 +158,7 @@ def test_migrations_work_from_an_installed_copy(tmp_path):
     source = tmp_path / "source"
     source.mkdir()
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for name in ("outbox", "migrations", "checker", "spark_sink"):
+    for name in ("outbox", "outbox_cli", "migrations", "checker", "spark_sink"):
         if (REPO / name).is_dir():
             shutil.copytree(REPO / name, source / name, ignore=ignore)
     for name in ("pyproject.toml", "README.md"):

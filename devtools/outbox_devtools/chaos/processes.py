@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from outbox.chaos.worker import WorkerConfig
-from outbox.dev.processes import die_with_parent
+from outbox_devtools.chaos.worker import WorkerConfig
+from outbox_devtools.processes import die_with_parent
 
 CLIENT_TIMEOUTS = {"session.timeout.ms": "6000", "heartbeat.interval.ms": "1000"}
 """A killed member's partitions move on after 6 s instead of librdkafka's 45 s."""
@@ -56,7 +56,7 @@ class ProducerProcess:
         config = replace(self.config, incarnation=self.incarnation)
         log = (self.log_dir / f"producer-{config.worker}.{self.incarnation}.log").open("w")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "outbox.chaos.worker", config.to_json()],
+            [sys.executable, "-m", "outbox_devtools.chaos.worker", config.to_json()],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=log,

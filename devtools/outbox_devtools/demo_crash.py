@@ -1,6 +1,6 @@
 """A producer of the demo's order service that dies between its database commit and its end.
 
-``python -m outbox.demo_crash BOOTSTRAP PREFIX TOPIC DATABASE_URL ORDER_ID``:
+``python -m outbox_devtools.demo_crash BOOTSTRAP PREFIX TOPIC DATABASE_URL ORDER_ID``:
 places one order through :class:`outbox.sql.SqlTransactionListener`, prints
 ``DB_COMMITTED <transaction id>`` once the database transaction has committed,
 and hangs until it is killed, so its decision op is never written. The

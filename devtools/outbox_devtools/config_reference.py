@@ -20,14 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import typer
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings
 
 from checker.settings import CheckerSettings
-from outbox.chaos.settings import ChaosSettings
 from outbox.config import KafkaSettings, env_names
 from outbox.settings import ProducerSettings
+from outbox_devtools.chaos.settings import ChaosSettings
 from spark_sink.settings import SinkSettings
 
 START_MARKER = "<!-- config-reference:start -->"
@@ -74,7 +73,7 @@ COMPONENTS: tuple[Component, ...] = (
     ),
     Component(
         "Spark sink: `outbox sink`",
-        "`spark_sink.SinkSettings`; `outbox sink` and `spark-submit spark_sink/job.py` "
+        "`spark_sink.SinkSettings`; `outbox sink` and `spark-submit spark_sink/submit.py` "
         "take the same flags, generated from the fields. A flag wins over the variables, and "
         "an `OUTBOX_SINK_*` variable over the shared `OUTBOX_BOOTSTRAP_SERVERS` and "
         "`OUTBOX_TOPIC_PREFIX`.",
@@ -112,7 +111,7 @@ COMPONENTS: tuple[Component, ...] = (
     ),
     Component(
         "Chaos proof: `outbox chaos`",
-        "`outbox.chaos.settings.ChaosSettings`; `make chaos SEED=N` passes `--seed`.",
+        "`outbox_devtools.chaos.settings.ChaosSettings`; `make chaos SEED=N` passes `--seed`.",
         ChaosSettings,
         commands=(("chaos",),),
         other_options=True,
@@ -140,9 +139,11 @@ _COLUMNS = (
 )
 
 
-def render(app: typer.Typer, components: Sequence[Component] = COMPONENTS) -> str:
-    """The whole reference: a heading, a sentence and a table per component."""
-    root = typer.main.get_command(app)
+def render(root: Any, components: Sequence[Component] = COMPONENTS) -> str:
+    """The whole reference: a heading, a sentence and a table per component.
+
+    ``root`` is the ``outbox`` command as click sees it (``ctx.find_root().command``).
+    """
     sections = [_render_component(component, root) for component in components]
     return "\n\n".join(sections) + "\n"
 

@@ -27,7 +27,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from outbox.dev import maven, processes
+from outbox_devtools import processes
+from spark_sink import maven
 
 KAFKA_VERSION = "4.1.1"
 SCALA_VERSION = "2.13"
@@ -51,7 +52,7 @@ class KafkaRuntimeError(RuntimeError):
 
 def kafka_home() -> Path:
     """Per-version cache directory holding the generated pom and the jars."""
-    return processes.cache_dir() / f"kafka-{KAFKA_VERSION}"
+    return maven.cache_dir() / f"kafka-{KAFKA_VERSION}"
 
 
 def ensure_kafka_jars() -> Path:
@@ -98,7 +99,7 @@ def new_cluster_id() -> str:
 
 def _quiet_logger() -> logging.Logger:
     """librdkafka logs every refused connection while the broker boots; drop that."""
-    quiet = logging.getLogger("outbox.dev.kafka.probe")
+    quiet = logging.getLogger("outbox_devtools.kafka.probe")
     quiet.propagate = False
     if not quiet.handlers:
         quiet.addHandler(logging.NullHandler())
@@ -278,7 +279,7 @@ class LocalKafka:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         path = self.work_dir / "server.properties"
         lines = [f"{key}={value}" for key, value in self.server_properties().items()]
-        path.write_text("# written by outbox.dev.kafka.LocalKafka\n" + "\n".join(lines) + "\n")
+        path.write_text("# written by outbox_devtools.kafka.LocalKafka\n" + "\n".join(lines) + "\n")
         (self.work_dir / "log4j2.xml").write_text(_LOG4J2_XML)
         return path
 

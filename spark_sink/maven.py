@@ -1,8 +1,9 @@
 """Resolve a generated pom's runtime classpath into a cache directory, once.
 
-The local Kafka broker (:mod:`outbox.dev.kafka`) and the Spark sink's Kafka
-source (:mod:`spark_sink.jars`) both need official jars from Maven Central on
-machines that have Maven but no Docker. The rules live here once: the pom is
+The Spark sink's Kafka source (:mod:`spark_sink.jars`) and the development
+tooling's local Kafka broker (``outbox_devtools.kafka``) both need official
+jars from Maven Central on machines that have Maven but no Docker. The sink
+needs them in production too, so the rules live here, below both: the pom is
 written by Python (so it works from an installed wheel), Maven copies the
 runtime dependencies into a staging directory that is renamed into place only
 when complete, a marker file lists the jars so a half-deleted cache is noticed
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
 import shutil
 import subprocess
 import sys
@@ -24,6 +26,15 @@ from pathlib import Path
 MARKER = "resolved.txt"
 DEPENDENCY_PLUGIN_VERSION = "3.8.1"
 MAVEN_TIMEOUT_SECONDS = 900
+
+
+def cache_dir() -> Path:
+    """Where downloaded runtimes live: ``$OUTBOX_CACHE_DIR``, else the XDG cache."""
+    explicit = os.environ.get("OUTBOX_CACHE_DIR")
+    if explicit:
+        return Path(explicit).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "kafka-outbox"
 
 
 def pom_xml(

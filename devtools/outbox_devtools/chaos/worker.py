@@ -1,6 +1,6 @@
 """One producer process of the chaos run: an order service that may be killed at any time.
 
-``python -m outbox.chaos.worker CONFIG_JSON``. Its threads place orders through
+``python -m outbox_devtools.chaos.worker CONFIG_JSON``. Its threads place orders through
 :class:`~outbox.sql.SqlTransactionListener` (PostgreSQL) until the controller
 writes ``stop`` on its stdin; it then keeps answering check-backs until stdin
 closes, because the checker still needs a live producer of the group to settle
@@ -53,7 +53,7 @@ def say(line: str) -> None:
         sys.stdout.flush()
 
 
-log = logging.getLogger("outbox.chaos.worker")
+log = logging.getLogger("outbox_devtools.chaos.worker")
 
 
 @dataclass(frozen=True)

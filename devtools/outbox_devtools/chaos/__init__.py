@@ -8,7 +8,7 @@ stop and the checker settles, the verdict is taken from the database and the
 topics: every committed order is in the sink exactly once and on its real topic
 exactly once, no rolled-back one is visible anywhere, no half is left pending.
 
-Modules: :mod:`~outbox.chaos.plan` (the seeded fault schedule),
-:mod:`~outbox.chaos.worker` (a producer process), :mod:`~outbox.chaos.verdict`
-(the invariants), :mod:`~outbox.chaos.run` (the controller).
+Modules: :mod:`~outbox_devtools.chaos.plan` (the seeded fault schedule),
+:mod:`~outbox_devtools.chaos.worker` (a producer process), :mod:`~outbox_devtools.chaos.verdict`
+(the invariants), :mod:`~outbox_devtools.chaos.run` (the controller).
 """

@@ -19,6 +19,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from spark_sink.maven import cache_dir
+
 _PR_SET_PDEATHSIG = 1
 
 
@@ -121,15 +123,6 @@ def log_tail(log_path: Path, lines: int = 40) -> str:
     except FileNotFoundError:
         return f"(no log at {log_path})"
     return "\n".join(text.splitlines()[-lines:])
-
-
-def cache_dir() -> Path:
-    """Where downloaded runtimes live: ``$OUTBOX_CACHE_DIR``, else the XDG cache."""
-    explicit = os.environ.get("OUTBOX_CACHE_DIR")
-    if explicit:
-        return Path(explicit).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "kafka-outbox"
 
 
 def state_dir() -> Path:

@@ -6,13 +6,13 @@ Phases, each shown as it runs:
    topics, the checker replicas, the Spark sink (continuous) and the producer
    processes;
 2. sending: the producers place orders while the faults of
-   :func:`~outbox.chaos.plan.fault_plan` fire at their share of the run; a
+   :func:`~outbox_devtools.chaos.plan.fault_plan` fire at their share of the run; a
    killed process comes back after its down time, as a supervisor would
    restart it;
 3. settling: sending stops, everything is up again, and the checker gets until
    no half is pending;
 4. landing: the sink gets until every committed order is in its table;
-5. the verdict (:mod:`outbox.chaos.verdict`), a table, the last line.
+5. the verdict (:mod:`outbox_devtools.chaos.verdict`), a table, the last line.
 """
 
 from __future__ import annotations
@@ -35,18 +35,18 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
-from outbox.chaos.plan import Fault, FaultKind, fault_plan
-from outbox.chaos.processes import CLIENT_TIMEOUTS, CheckerProcess, ProducerProcess
-from outbox.chaos.settings import ChaosSettings
-from outbox.chaos.verdict import Verdict, judge, read_topic_state
-from outbox.chaos.worker import GROUP, ORDERS_TABLE, WorkerConfig
 from outbox.config import kafka_client_config
-from outbox.dev.kafka import LocalKafka, ensure_kafka_jars
-from outbox.dev.postgres import LocalPostgres
 from outbox.errors import KafkaUnavailableError
 from outbox.protocol import TopicNames
 from outbox.sql import create_engine, upgrade
 from outbox.sql.log import transaction_log_table
+from outbox_devtools.chaos.plan import Fault, FaultKind, fault_plan
+from outbox_devtools.chaos.processes import CLIENT_TIMEOUTS, CheckerProcess, ProducerProcess
+from outbox_devtools.chaos.settings import ChaosSettings
+from outbox_devtools.chaos.verdict import Verdict, judge, read_topic_state
+from outbox_devtools.chaos.worker import GROUP, ORDERS_TABLE, WorkerConfig
+from outbox_devtools.kafka import LocalKafka, ensure_kafka_jars
+from outbox_devtools.postgres import LocalPostgres
 
 log = logging.getLogger(__name__)
 

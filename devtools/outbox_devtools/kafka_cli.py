@@ -1,7 +1,7 @@
 """``outbox dev kafka start|stop|status|fetch``: a local broker for hands-on work.
 
 ``start`` leaves a detached broker running after the command returns and
-records it in a JSON state file under :func:`outbox.dev.processes.state_dir`,
+records it in a JSON state file under :func:`outbox_devtools.processes.state_dir`,
 so ``stop`` and ``status`` from another shell find it again.
 """
 
@@ -14,8 +14,8 @@ from typing import Annotated
 
 import typer
 
-from outbox.dev import processes
-from outbox.dev.kafka import (
+from outbox_devtools import processes
+from outbox_devtools.kafka import (
     KAFKA_VERSION,
     KafkaRuntimeError,
     LocalKafka,
@@ -28,6 +28,11 @@ kafka_app = typer.Typer(
     help=f"A local Apache Kafka {KAFKA_VERSION} broker (KRaft, one node) from the official jars.",
     no_args_is_help=True,
 )
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``kafka`` to ``outbox dev``."""
+    app.add_typer(kafka_app, name="kafka")
 
 
 @kafka_app.command()

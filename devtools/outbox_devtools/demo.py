@@ -37,14 +37,14 @@ from sqlalchemy.orm import sessionmaker
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
 from outbox.config import kafka_client_config
 from outbox.console import make_console
-from outbox.demo_crash import GROUP, log_errors_only, place_order
-from outbox.dev.kafka import LocalKafka, ensure_kafka_jars
 from outbox.message import EndStatus, Message
 from outbox.producer import TransactionProducer
 from outbox.protocol import RealRecord, TopicNames
 from outbox.reading import read_topic
 from outbox.settings import ProducerSettings
 from outbox.sql import SqlTransactionListener, create_engine, upgrade
+from outbox_devtools.demo_crash import GROUP, log_errors_only, place_order
+from outbox_devtools.kafka import LocalKafka, ensure_kafka_jars
 
 PREFIX = "demo"
 REAL_TOPIC = "demo.orders"
@@ -153,7 +153,7 @@ def _crash_producers(
             [
                 sys.executable,
                 "-m",
-                "outbox.demo_crash",
+                "outbox_devtools.demo_crash",
                 bootstrap,
                 PREFIX,
                 REAL_TOPIC,

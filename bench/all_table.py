@@ -1,0 +1,250 @@
+"""How ``make bench`` shows every figure: one table, a section per bench, aims beside values.
+
+The running is :mod:`bench.all`; this module only formats the reports it gathered.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from typing import TYPE_CHECKING
+
+from rich.table import Table
+
+from bench import aims, checker, producer, relay, sink, visible
+
+if TYPE_CHECKING:
+    from bench.all import Options, Results
+
+
+def _num(value: float | None, spec: str = ",.0f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _per_senders(
+    report: producer.Report, senders: list[int], mode: str, attr: str, spec: str
+) -> str:
+    """``attr`` of the ``mode`` cell at each sender count, as ``a / b / c``."""
+    values = []
+    for n in senders:
+        plain, outbox, _ = report.at(n)
+        cell = plain if mode == "plain" else outbox
+        values.append(_num(None if cell is None else getattr(cell, attr), spec))
+    return " / ".join(values)
+
+
+Row = tuple[str, str, str, str]
+"""(figure, value, aim, detail): one line of the table."""
+
+
+def results_table(results: Results, options: Options, verdicts: dict[str, str]) -> Table:
+    """One section per bench, its name once, then the correctness verdicts."""
+    local = "one local Kafka broker" if options.bootstrap_servers is None else "one Kafka broker"
+    title = f"make bench: {local}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
+    if options.quick:
+        title += " (--quick: a smoke run, not a measurement)"
+    table = Table(title=title)
+    table.add_column("bench")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    table.add_column("aim")
+    table.add_column("detail")
+    sections: list[tuple[str, str, list[Row]]] = [
+        ("producer", "sync sends", _producer_rows(results.producer, options.producer)),
+        ("checker", "1 half partition", _checker_rows(results.checker, options.checker)),
+        ("relay", "1 half partition", _relay_rows(results.relay, options.relay)),
+        (
+            "visible",
+            "checker sidecar relaying",
+            _visible_rows(results.visible, results.producer, options.visible),
+        ),
+        ("sink", "Spark → Parquet", _sink_rows(results.sink, options.sink)),
+    ]
+    for name, about, rows in sections:
+        if getattr(options, name) is None:
+            rows = [("-", "-", "", "skipped")]
+        elif getattr(results, name) is None:
+            rows = [("-", "-", "", "[red]failed[/] (see above)")]
+        for number, row in enumerate(rows):
+            label = name if number == 0 else f"[dim]{about}[/]" if number == 1 else ""
+            table.add_row(label, *row, end_section=number == len(rows) - 1)
+    failed = any(v not in ("ok", "skipped") for v in verdicts.values())
+    table.add_row(
+        "all",
+        "correctness (each bench's checks)",
+        "[red]FAILED[/]" if failed else "[green]ok[/]",
+        "",
+        " · ".join(f"{name} {verdict}" for name, verdict in verdicts.items()),
+    )
+    return table
+
+
+def _producer_rows(report: producer.Report | None, options: producer.Options | None) -> list[Row]:
+    if report is None or options is None:
+        return []
+    senders = options.senders
+    at = f"{' / '.join(map(str, senders))} senders"
+    limit = report.summary["write_amplification_limit"]
+    return [
+        (
+            "plain msg/s",
+            _per_senders(report, senders, "plain", "msgs_per_s", ",.0f"),
+            "",
+            f"at {at}; {options.value_bytes} B values, {options.seconds:g}s per cell",
+        ),
+        (
+            "outbox msg/s",
+            _per_senders(report, senders, "outbox", "msgs_per_s", ",.0f"),
+            "",
+            "send_message_in_transaction, a no-op local transaction",
+        ),
+        (
+            "ratio outbox/plain",
+            " / ".join(_num(report.at(n)[2], ".3f") for n in senders),
+            f"-> {limit:.3f}",
+            "2 acknowledged writes a send (half, decision): 1/2 is the limit",
+        ),
+        (
+            "outbox end p50 ms",
+            _per_senders(report, senders, "outbox", "end_p50_ms", ",.1f"),
+            "",
+            "local transaction answered -> decision acknowledged",
+        ),
+        (
+            "outbox end p99 ms",
+            _per_senders(report, senders, "outbox", "end_p99_ms", ",.1f"),
+            "",
+            "",
+        ),
+    ]
+
+
+def _checker_rows(report: checker.Report | None, options: checker.Options | None) -> list[Row]:
+    if report is None or options is None:
+        return []
+    scan, rss = report.scan, report.rss
+    ok = scan.halves_per_s >= aims.AIM_HALVES_PER_S
+    rounds = scan.walk.rounds
+    rows: list[Row] = [
+        (
+            "scan rate, halves/s",
+            _num(scan.halves_per_s),
+            f">= {aims.AIM_HALVES_PER_S:,} {'ok' if ok else 'BELOW'}",
+            f"{scan.halves:,} pending x {scan.value_bytes} B, "
+            f"{rounds} round{'s' if rounds != 1 else ''}",
+        )
+    ]
+    if scan.checks_answered is not None:
+        rows.append(
+            (
+                "answers/s (producer group)",
+                _num(scan.answers_per_s),
+                "",
+                f"{scan.checks_answered:,} of {scan.walk.checks_sent:,} checks answered COMMIT "
+                "after the walk, by a producer process of its own",
+            )
+        )
+    figure_name = f"peak RSS MiB at {options.rss_halves:,} pending"
+    if rss is None:
+        rows.append((figure_name, "-", "", "skipped (--skip-rss)"))
+    else:
+        ok = rss.peak_rss_mb is not None and rss.peak_rss_mb < aims.AIM_RSS_MB
+        rows.append(
+            (
+                figure_name,
+                _num(rss.peak_rss_mb),
+                f"< {aims.AIM_RSS_MB} {'ok' if ok else 'ABOVE'}",
+                f"{rss.value_bytes} B halves; that walk: {_num(rss.halves_per_s)} halves/s",
+            )
+        )
+    return rows
+
+
+def _relay_rows(report: relay.Report | None, options: relay.Options | None) -> list[Row]:
+    if report is None or options is None:
+        return []
+    ok = report.commits_per_s >= aims.AIM_COMMITS_PER_S
+    exact = "[green]exactly once[/]" if report.ok else "[red]NOT exactly once[/]"
+    cpu = report.cpu_pct
+    return [
+        (
+            "commits/s published",
+            _num(report.commits_per_s),
+            f">= {aims.AIM_COMMITS_PER_S:,} {'ok' if ok else 'BELOW'}",
+            f"{report.commits:,} commits of {report.value_bytes} B, batch {report.batch}; "
+            f"cpu% relay {_num(cpu.get('bench_process'))} broker {_num(cpu.get('broker'))}",
+        ),
+        (
+            "real records / commits",
+            f"{report.real_records:,} / {report.commits:,}",
+            "equal",
+            exact,
+        ),
+    ]
+
+
+def _visible_rows(
+    report: visible.Report | None,
+    producer_report: producer.Report | None,
+    options: visible.Options | None,
+) -> list[Row]:
+    if report is None or options is None:
+        return []
+    n = options.senders
+    plain = producer_report.at(n)[0] if producer_report else None
+    rows: list[Row] = []
+    for mode in options.modes:
+        result = report.of(mode)
+        if result is None:
+            continue
+        if not result.available:
+            rows.append((f"{mode} msg/s", "-", "", f"unavailable: {result.unavailable_reason}"))
+            continue
+        ratio = ratio_to(result.msgs_per_s, plain)
+        p99_ok = result.visible_p99_ms is not None and result.visible_p99_ms <= (
+            aims.AIM_VISIBLE_P99_MS
+        )
+        rows += [
+            (
+                f"{mode} msg/s (ratio to plain)",
+                f"{_num(result.msgs_per_s)} ({_num(ratio, '.3f')})",
+                "",
+                f"at {n} senders; plain from the producer bench",
+            ),
+            (
+                f"{mode} commit-to-visible p50 / p99 ms",
+                f"{_num(result.visible_p50_ms, ',.1f')} / {_num(result.visible_p99_ms, ',.1f')}",
+                f"p99 <= {aims.AIM_VISIBLE_P99_MS:g} {'ok' if p99_ok else 'ABOVE'}",
+                f"{result.visible:,} of {result.committed:,} commits seen by a read_committed "
+                f"reader; max {_num(result.visible_max_ms, ',.1f')} ms",
+            ),
+        ]
+    return rows
+
+
+def ratio_to(msgs_per_s: float | None, plain: producer.CellResult | None) -> float | None:
+    if msgs_per_s is None or plain is None or not plain.msgs_per_s:
+        return None
+    return msgs_per_s / plain.msgs_per_s
+
+
+def _sink_rows(report: sink.Report | None, options: sink.Options | None) -> list[Row]:
+    if report is None or options is None:
+        return []
+    throughput, delay = report.throughput, report.delay
+    return [
+        (
+            "--once rows/s (warm JVM)",
+            _num(throughput.rows_per_s),
+            "",
+            f"{throughput.events:,} events of {options.value_bytes} B; "
+            f"fresh JVM {_num(throughput.cold.rows_per_s)} rows/s",
+        ),
+        (
+            "commit-to-row delay p50 / p99 ms",
+            f"{_num(delay.delay_p50_ms)} / {_num(delay.delay_p99_ms)}",
+            "",
+            f"{delay.committed:,} events at {delay.rate:g}/s for {delay.seconds:g}s, "
+            f"trigger {delay.trigger}",
+        ),
+    ]

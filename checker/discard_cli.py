@@ -1,0 +1,191 @@
+"""``outbox discard list|resume``: the command line over :mod:`checker.discard`.
+
+Why resuming is safe to repeat (resume markers written in one Kafka transaction
+with the halves they put back) is explained there; this module reads the
+operator's options, runs it, and shows the outcome.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from checker.discard import DiscardedHalf, ResumeOutcome, read_discards, resume_discards
+from checker.display import iso_ms
+from checker.settings import CheckerSettings
+from outbox.cli_options import BootstrapOption, PrefixOption, PropertiesOption, kafka_settings
+from outbox.console import make_console
+from outbox.protocol import DEFAULT_PREFIX, Header
+
+discard_app = typer.Typer(
+    help="Halves the checker gave up on: list them, put them back to be checked again.",
+    no_args_is_help=True,
+)
+
+
+def _position(partition: int | None, offset: int | None) -> str:
+    return "-" if partition is None or offset is None else f"{partition}@{offset}"
+
+
+def discards_table(discards: list[DiscardedHalf], title: str, with_resumed: bool) -> Table:
+    table = Table(title=title)
+    columns = [
+        "transaction id",
+        "producer group",
+        "real topic",
+        "reason",
+        "detail",
+        "checks",
+        "discarded at",
+        "half partition@offset",
+    ]
+    if with_resumed:
+        columns.append("resumed")
+    for column in columns:
+        if column == "detail":
+            table.add_column(column, max_width=48, overflow="fold")
+        else:
+            table.add_column(column, overflow="fold")
+    for discard in discards:
+        record = discard.record
+        row = [
+            discard.transaction_id or "-",
+            discard.field(Header.PRODUCER_GROUP) or "-",
+            discard.field(Header.REAL_TOPIC) or "-",
+            record.reason.value if record else "?",
+            (record.detail if record else discard.problem) or "-",
+            discard.field(Header.CHECK_TIMES) or "-",
+            iso_ms(record.discarded_ms) if record else "-",
+            _position(record.half_partition, record.half_offset) if record else "-",
+        ]
+        if with_resumed:
+            marker = discard.resumed
+            row.append(
+                f"{iso_ms(marker.resumed_ms)} -> "
+                f"{_position(marker.half_partition, marker.half_offset)}"
+                if marker
+                else "-"
+            )
+        table.add_row(*row)
+    return table
+
+
+@discard_app.command("list")
+def list_command(
+    include_resumed: Annotated[
+        bool, typer.Option("--include-resumed", help="Also show discards already resumed.")
+    ] = False,
+    bootstrap: BootstrapOption = None,
+    prefix: PrefixOption = DEFAULT_PREFIX,
+    properties: PropertiesOption = None,
+) -> None:
+    """List the discarded halves (not yet resumed), oldest first."""
+    settings = kafka_settings(bootstrap, prefix, properties)
+    discards = read_discards(settings.client_config(), settings.topics)
+    shown = discards if include_resumed else [d for d in discards if d.resumed is None]
+    console = make_console()
+    console.print(
+        discards_table(shown, f"discarded halves on {settings.topics.discard}", include_resumed)
+    )
+    resumed = sum(1 for d in discards if d.resumed is not None)
+    console.print(
+        f"discarded: {len(discards) - resumed} to resume, {resumed} resumed before",
+        highlight=False,
+    )
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _retention_warning(outcome: ResumeOutcome, now: int) -> str | None:
+    hours = CheckerSettings.model_fields["retention_hours"].default
+    horizon = now - int(hours * 3600 * 1000)
+    old = [r for r in outcome.resumed if r.source.half and r.source.half.born_ms < horizon]
+    if not old:
+        return None
+    return (
+        f"note: {len(old)} resumed half(s) were born more than {hours:g} h ago; a checker "
+        f"with the default retention (--retention-hours {hours:g}) discards them again at "
+        "once (reason retention): raise OUTBOX_RETENTION_HOURS on the checker first"
+    )
+
+
+@discard_app.command("resume")
+def resume_command(
+    transaction_ids: Annotated[
+        list[str] | None,
+        typer.Argument(help="Transaction ids of discarded halves to put back.", show_default=False),
+    ] = None,
+    resume_all: Annotated[
+        bool, typer.Option("--all", help="Resume every discarded half that can be.")
+    ] = False,
+    bootstrap: BootstrapOption = None,
+    prefix: PrefixOption = DEFAULT_PREFIX,
+    properties: PropertiesOption = None,
+) -> None:
+    """Put discarded halves back into the half topic with the check count reset.
+
+    Idempotent: a discard already resumed is not put back twice. Exits 1 if a
+    named transaction id has no discard or cannot be resumed (malformed); the
+    others are resumed all the same.
+    """
+    if bool(transaction_ids) == resume_all:
+        raise typer.BadParameter("give transaction ids or --all (not both)")
+    settings = kafka_settings(bootstrap, prefix, properties)
+
+    outcome = resume_discards(settings, None if resume_all else transaction_ids, now_ms=_now_ms)
+    console = make_console()
+    errors = make_console(stderr=True)
+    if outcome.resumed:
+        table = Table(title=f"resumed into {settings.topics.half}")
+        for column in ("transaction id", "reason", "discarded at", "back at partition@offset"):
+            table.add_column(column, overflow="fold")
+        for item in outcome.resumed:
+            record = item.source.record
+            table.add_row(
+                item.transaction_id,
+                record.reason.value if record else "-",
+                iso_ms(record.discarded_ms) if record else "-",
+                _position(item.marker.half_partition, item.marker.half_offset),
+            )
+        console.print(table)
+    for discard in outcome.already:
+        marker = discard.resumed
+        assert marker is not None
+        console.print(
+            f"already resumed: {discard.transaction_id} at {iso_ms(marker.resumed_ms)} "
+            f"(half at {_position(marker.half_partition, marker.half_offset)}); not resumed again",
+            highlight=False,
+        )
+    for label, why in outcome.refused:
+        target = errors if not resume_all else console
+        prefix_word = "error" if not resume_all else "skipped"
+        target.print(
+            f"{prefix_word}: cannot resume {label}: {why}",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,  # whole at any width: the terminal wraps, rich does not cut
+        )
+    for transaction_id in outcome.unknown:
+        errors.print(
+            f"error: no discarded half with transaction id {transaction_id!r} "
+            f"on {settings.topics.discard}",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
+    warning = _retention_warning(outcome, _now_ms())
+    if warning:
+        console.print(warning, highlight=False)
+    console.print(f"resumed: {len(outcome.resumed)} half(s)", highlight=False)
+    if outcome.unknown or (outcome.refused and not resume_all):
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``outbox discard list|resume`` to the top-level command line."""
+    app.add_typer(discard_app, name="discard")

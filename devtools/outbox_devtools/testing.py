@@ -1,0 +1,50 @@
+"""pytest plugin: a real local Kafka broker for the tests of a service using the outbox.
+
+The outbox's claims (acknowledged halves, transactions, read_committed) hold
+only against a real broker, so a service's own tests should run against one
+too, without Docker: this plugin starts Apache Kafka from the official jars
+(:class:`~outbox_devtools.kafka.LocalKafka`; Java and, once, Maven are needed).
+Enable it in a ``conftest.py``::
+
+    pytest_plugins = ["outbox_devtools.testing"]
+
+    def test_order_is_published(kafka_broker):
+        settings = ProducerSettings(bootstrap_servers=kafka_broker.bootstrap_servers)
+        ...
+
+Fixtures:
+
+- ``kafka_broker``: one broker the whole session shares, started on first use
+  and stopped at the end (give each test its own topic prefix);
+- ``own_kafka_broker``: a broker only this test uses, free to ``kill()``,
+  ``stop()`` and ``restart()`` for crash tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from outbox_devtools.kafka import LocalKafka
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafka]:
+    """A started broker the whole session shares; ``.bootstrap_servers`` is its address."""
+    yield from _started(LocalKafka(tmp_path_factory.mktemp("kafka")))
+
+
+@pytest.fixture
+def own_kafka_broker(tmp_path: Path) -> Iterator[LocalKafka]:
+    """A started broker only this test uses: free to ``kill()``, ``stop()``, ``restart()``."""
+    yield from _started(LocalKafka(tmp_path / "kafka"))
+
+
+def _started(broker: LocalKafka) -> Iterator[LocalKafka]:
+    """``broker`` started, and closed afterwards even when it failed to start."""
+    try:
+        yield broker.start()
+    finally:
+        broker.close()

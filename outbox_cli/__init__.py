@@ -1,0 +1,80 @@
+"""The ``outbox`` command line: one entry point, its sub-commands declared by each package.
+
+The core library (``outbox``) must not import the parts built on it (the checker,
+the sink, the developer tooling), and a wheel of the library must work without
+the tooling. So no module names the sub-commands: each distribution lists its
+own in the ``kafka_outbox.commands`` entry-point group and this module, above
+them all, joins the ones installed. An entry's name is the command path it adds
+(``checker``, ``dev.spark``), its value a ``register(parent)`` function that adds
+that one command or group to ``parent``.
+
+Errors the outbox raises on purpose (bad settings, an unreachable cluster,
+mismatched topics, malformed records) end the command with their message and
+exit code 1, not a traceback (``OUTBOX_DEBUG=1`` shows it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from importlib.metadata import EntryPoint, entry_points
+
+import typer
+
+from outbox.cli_errors import PlainErrorsGroup, run_program
+
+COMMANDS_GROUP = "kafka_outbox.commands"
+
+GROUP_HELP = {"dev": "Local runtimes for development and tests."}
+"""Help of the groups several distributions add to (``dev kafka`` and ``dev spark``)."""
+
+
+def _names(app: typer.Typer) -> set[str]:
+    commands = {
+        info.name or typer.main.get_command_name(info.callback.__name__)
+        for info in app.registered_commands
+        if info.callback is not None
+    }
+    return commands | {info.name for info in app.registered_groups if info.name}
+
+
+def _group(groups: dict[tuple[str, ...], typer.Typer], path: tuple[str, ...]) -> typer.Typer:
+    """The group at ``path``, created (with its parents) the first time an entry needs it."""
+    if path not in groups:
+        group = typer.Typer(help=GROUP_HELP.get(path[-1]), no_args_is_help=True)
+        _group(groups, path[:-1]).add_typer(group, name=path[-1])
+        groups[path] = group
+    return groups[path]
+
+
+def build_app(entries: Iterable[EntryPoint] | None = None) -> typer.Typer:
+    """The ``outbox`` command with every installed package's sub-commands.
+
+    Two packages claiming one name, or an entry that adds another name than its
+    own, is an error at start-up rather than one command silently hiding the other.
+    """
+    app = typer.Typer(
+        name="outbox",
+        help="Transactional outbox on Kafka: topics, checker, sink, and the installed tooling.",
+        no_args_is_help=True,
+        pretty_exceptions_enable=False,
+        cls=PlainErrorsGroup,
+    )
+    groups: dict[tuple[str, ...], typer.Typer] = {(): app}
+    found = entry_points(group=COMMANDS_GROUP) if entries is None else entries
+    for entry in sorted(found, key=lambda e: (e.name.count("."), e.name)):
+        *parents, name = entry.name.split(".")
+        parent = _group(groups, tuple(parents))
+        if name in _names(parent):
+            raise RuntimeError(f"`outbox {entry.name.replace('.', ' ')}` is declared twice")
+        register: Callable[[typer.Typer], None] = entry.load()
+        register(parent)
+        if name not in _names(parent):
+            raise RuntimeError(f"{entry.value} (entry {entry.name!r}) did not add {name!r}")
+    return app
+
+
+app = build_app()
+
+
+def main() -> None:
+    run_program(app)

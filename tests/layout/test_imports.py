@@ -1,0 +1,149 @@
+"""The import arrows point down: the core library imports nothing built on it.
+
+``outbox`` is what a service imports (protocol, producers, SQL listener, admin,
+settings, errors, metrics). The checker and the sink build on it, the command
+line joins them, and the developer tooling and benchmarks sit on top. An import
+from a lower floor to a higher one would drag the sidecar, Spark or the local
+runtimes into every service, so these tests read the sources (every import,
+also those inside functions) and import the core in a fresh interpreter.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).parents[2]
+
+# Each top-level package of the repository and the packages it may import.
+# The Alembic scripts (migrations) are the SQL listener's schema: one floor with the core.
+MAY_IMPORT: dict[str, set[str]] = {
+    "outbox": {"outbox", "migrations"},
+    "migrations": {"migrations", "outbox"},
+    "checker": {"checker", "outbox"},
+    "spark_sink": {"spark_sink", "outbox"},
+    "outbox_cli": {"outbox_cli", "outbox"},
+}
+ABOVE_THE_CORE = ("checker", "spark_sink", "outbox_cli", "outbox_devtools", "bench", "tests")
+PACKAGE_DIRS = {name: REPO / name for name in MAY_IMPORT} | {
+    "outbox_devtools": REPO / "devtools" / "outbox_devtools",
+    "bench": REPO / "bench",
+}
+
+
+def _module_name(package: str, path: Path) -> str:
+    parts = [package, *path.relative_to(PACKAGE_DIRS[package]).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _run_time_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node but those under ``if TYPE_CHECKING:``, which never run (annotations only)."""
+    nodes: list[ast.AST] = []
+    pending = [tree]
+    while pending:
+        node = pending.pop()
+        nodes.append(node)
+        for child in ast.iter_child_nodes(node):
+            type_only = (
+                isinstance(child, ast.If)
+                and isinstance(child.test, ast.Name)
+                and child.test.id == "TYPE_CHECKING"
+            )
+            if type_only:
+                pending.extend(child.orelse)
+            else:
+                pending.append(child)
+    return nodes
+
+
+def _imports(path: Path, module: str, modules: set[str], run_time: bool) -> set[str]:
+    """The repository modules ``path`` imports, at any depth (lazy imports too); with
+    ``run_time``, leaving out the imports for annotations only.
+
+    ``from package import submodule`` is an import of the submodule; a module's
+    own parent packages, which Python initialises first anyway, are left out.
+    """
+    found: set[str] = set()
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in _run_time_nodes(tree) if run_time else ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.rsplit(".", node.level)[0]
+                target = f"{base}.{node.module}" if node.module else base
+            else:
+                target = node.module or ""
+            submodules = {f"{target}.{alias.name}" for alias in node.names} & modules
+            found.update(submodules)
+            if len(submodules) < len(node.names):
+                found.add(target)
+    parents = {module.rsplit(".", depth)[0] for depth in range(1, module.count(".") + 1)}
+    return (found & modules) - parents - {module}
+
+
+def _graph(run_time: bool = False) -> dict[str, set[str]]:
+    """Module to the repository modules it imports (``run_time``: when it runs)."""
+    modules = {
+        _module_name(package, path): path
+        for package, root in PACKAGE_DIRS.items()
+        for path in root.rglob("*.py")
+    }
+    return {name: _imports(path, name, set(modules), run_time) for name, path in modules.items()}
+
+
+def test_each_package_imports_only_the_floors_below_it() -> None:
+    wrong = [
+        f"{module} imports {target}"
+        for module, targets in _graph().items()
+        for target in targets
+        if module.split(".")[0] in MAY_IMPORT
+        and target.split(".")[0] not in MAY_IMPORT[module.split(".")[0]]
+    ]
+    assert not wrong, "imports pointing up or sideways:\n" + "\n".join(sorted(wrong))
+
+
+def test_no_import_circles() -> None:
+    """At run time: a table module may name its bench's result types for annotations."""
+    graph = _graph(run_time=True)
+    circles: list[list[str]] = []
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for target in sorted(graph[module]):
+            if state.get(target) == 1:
+                circles.append([*path[path.index(target) :], target])
+            elif target not in state:
+                visit(target, [*path, target])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert not circles, "import circles:\n" + "\n".join(" -> ".join(c) for c in circles)
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "import outbox",
+        "import outbox.sql, outbox.admin, outbox.metrics, outbox.producer, outbox.protocol",
+        "import outbox.topics_cli, outbox.sql.cli, outbox.settings_cli, outbox.cli_options",
+    ],
+)
+def test_importing_the_core_loads_nothing_above_it(statement: str) -> None:
+    """In a fresh interpreter: what a service gets when it imports the library."""
+    probe = f"{statement}; import json, sys; print(json.dumps(sorted(sys.modules)))"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    loaded = json.loads(done.stdout)
+    above = [name for name in loaded if name.split(".")[0] in ABOVE_THE_CORE]
+    assert "outbox" in loaded
+    assert not above, f"`{statement}` imported {above}"

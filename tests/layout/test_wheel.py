@@ -1,0 +1,69 @@
+"""The library's wheel carries the library and its commands, not the developer tooling.
+
+A service installs ``kafka-outbox`` from its wheel: the core, the checker, the
+sink, the migrations and the command line that joins them. The local runtimes,
+the demo, the chaos proof, the benchmarks and the tests live in the repository
+(``devtools/`` is a distribution of its own) and must not ride along by accident.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).parents[2]
+SHIPPED = ("outbox", "outbox_cli", "checker", "spark_sink", "migrations")
+NOT_SHIPPED = ("outbox_devtools", "devtools", "bench", "tests", "examples")
+# What only the tooling defines: the local runtimes and the chaos schedule.
+TOOLING_DEFINITIONS = ("class LocalKafka", "class LocalPostgres", "def fault_plan")
+_LEFT_BEHIND = shutil.ignore_patterns(
+    ".git", ".venv", "__pycache__", "*.pyc", "*.egg-info", "build", "dist", ".*_cache", "results"
+)
+
+
+def _build_wheel(tmp_path: Path) -> Path:
+    """``pip wheel`` of a copy of the source tree, with the build backend already installed."""
+    source = tmp_path / "source"
+    shutil.copytree(REPO, source, ignore=_LEFT_BEHIND)
+    out = tmp_path / "wheel"
+    built = subprocess.run(
+        [
+            *(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps"),
+            *("--no-build-isolation", "--wheel-dir", str(out), str(source)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert built.returncode == 0, built.stderr
+    (wheel,) = out.glob("kafka_outbox-*.whl")
+    return wheel
+
+
+def test_the_wheel_holds_the_library_and_no_tooling(tmp_path: Path) -> None:
+    wheel = _build_wheel(tmp_path)
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+        declared = archive.read(entry_points).decode()
+        sources = {n: archive.read(n).decode() for n in names if n.endswith(".py")}
+    top = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
+    assert set(SHIPPED) <= top, f"missing from the wheel: {set(SHIPPED) - top}"
+    assert not top & set(NOT_SHIPPED), f"tooling in the wheel: {top & set(NOT_SHIPPED)}"
+    carrying = [
+        f"{name}: {definition}"
+        for name, text in sources.items()
+        for definition in TOOLING_DEFINITIONS
+        if definition in text
+    ]
+    assert not carrying, f"tooling code in the wheel: {carrying}"
+    assert "migrations/script.py.mako" in names
+    assert any(name.startswith("migrations/versions/0001_") for name in names)
+    assert "outbox = outbox_cli:main" in declared
+    # The library's own sub-commands only: the tooling declares its own elsewhere.
+    assert "[kafka_outbox.commands]" in declared
+    assert "checker = checker.cli:register" in declared
+    assert "outbox_devtools" not in declared
