@@ -15,6 +15,13 @@ decision came first is read from the op partition itself
 (:mod:`checker.decision_memory`), and the memory of it is committed with the
 offsets, in the same transaction.
 
+Each publication observes RocketMQ's born-to-finish latency
+(``outbox_finish_message_latency_seconds``): from the broker storing the half
+(for a copy, the original) to the relay's clock once the transaction that
+wrote the real record has committed, both on the cluster's side, so a
+producer's clock plays no part. The op records an owned partition holds beyond
+what was relayed are its lag (``outbox_checker_relay_lag``).
+
 A half whose real record cannot be written (its topic is gone, it is larger
 than the topic or the client allows, it no longer exists) would otherwise stop
 its partition for good; it goes to the discard topic with the reason and the
@@ -58,6 +65,7 @@ from outbox.protocol import (
     OutgoingRecord,
     RawRecord,
     TopicNames,
+    half_stored_ms,
     real_record_of_half,
 )
 from outbox.protocol.headers import int_header, text_header
@@ -86,6 +94,8 @@ class BatchReport:
     rollbacks: int = 0
     unpublishable: int = 0
     by_partition: dict[int, int] = field(default_factory=dict)
+    finished: list[tuple[str, str, int]] = field(default_factory=list)
+    """(real topic, producer group, half stored ms) of each publication, for the latency."""
 
 
 @dataclass(frozen=True)
@@ -125,6 +135,8 @@ class Relay:
             "transaction.timeout.ms": settings.transaction_timeout_ms,
         }
         self._memories: dict[int, DecisionMemory] = {}
+        self._relayed: dict[int, int] = {}
+        """Per owned op partition, the offset after the last decision relayed and committed."""
         self._in_transaction = False
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -211,6 +223,8 @@ class Relay:
         for tp in partitions:
             self._memories.pop(tp.partition, None)
             self._halves.forget(tp.partition)
+            if self._relayed.pop(tp.partition, None) is not None:
+                metrics.RELAY_LAG.remove(str(tp.partition))  # another replica reports it now
         consumer.incremental_unassign(partitions)
         log.info("stopped relaying op partitions %s", sorted(tp.partition for tp in partitions))
 
@@ -247,6 +261,7 @@ class Relay:
             offset = batch[-1].offset + 1
         memory.shrink(position)
         self._memories[partition] = memory
+        self._relayed[partition] = position
         log.info(
             "op partition %d: relay resumes at %d, %d decisions re-read",
             partition,
@@ -292,6 +307,7 @@ class Relay:
         first = self._consumer.poll(timeout)
         if first is None:
             self.last_batch_at = time.monotonic()
+            self._publish_lag()
             return BatchReport()
         messages = [first, *self._consumer.consume(self._settings.batch - 1, timeout=0)]
         records = [RawRecord.from_kafka(m) for m in messages if _usable(m)]
@@ -304,8 +320,28 @@ class Relay:
         metrics.RELAY_PUBLISHED.inc(report.published)
         metrics.RELAY_SECOND_DECISIONS.inc(report.second_decisions)
         metrics.RELAY_UNPUBLISHABLE.inc(report.unpublishable)
+        finished_ms = self._now_ms()
+        for topic, group, stored_ms in report.finished:
+            latency = max(0, finished_ms - stored_ms) / 1000
+            metrics.FINISH_LATENCY.labels(topic, group).observe(latency)
+        self._publish_lag()
         self.last_batch_at = time.monotonic()
         return report
+
+    def _publish_lag(self) -> None:
+        """Per owned op partition: the records past what was relayed (its end as last fetched).
+
+        The end is the consumer's cached high watermark, so this costs no
+        request; a partition not fetched from yet has none and is left as it was.
+        """
+        for partition, relayed in self._relayed.items():
+            tp = TopicPartition(self._topics.op, partition)
+            _, end = self._consumer.get_watermark_offsets(tp, cached=True)
+            (position,) = self._consumer.position([tp])
+            if end >= 0:
+                # The position also steps over transaction markers, which are no decisions.
+                done = max(relayed, position.offset)
+                metrics.RELAY_LAG.labels(str(partition)).set(max(0, end - done))
 
     def _relay(self, records: list[RawRecord]) -> BatchReport:
         report = BatchReport(decisions=len(records))
@@ -353,6 +389,7 @@ class Relay:
             self._producer = self._new_producer()
             raise KafkaUnavailableError(f"relay transaction abandoned: {exc}") from None
         self._in_transaction = False
+        self._relayed.update(next_offsets)
         return report
 
     def _transact(
@@ -382,6 +419,7 @@ class Relay:
                     outgoing.append(record)
                     report.published += 1
                     report.by_partition[partition] = report.by_partition.get(partition, 0) + 1
+                    _note_finish(report, record, halves[op.half_offset])
                     continue
                 report.unpublishable += 1
                 log.error(
@@ -467,6 +505,13 @@ def _decode(raw: RawRecord) -> Decision | None:
     except MalformedRecordError as exc:
         log.warning("ignoring a malformed op record: %s", exc)
         return None
+
+
+def _note_finish(report: BatchReport, record: OutgoingRecord, raw: RawRecord) -> None:
+    stored_ms = half_stored_ms(raw)
+    group = raw.header_text(Header.PRODUCER_GROUP)
+    if stored_ms is not None and group is not None:
+        report.finished.append((record.topic, group, stored_ms))
 
 
 def _record_size(record: OutgoingRecord) -> int:

@@ -389,7 +389,7 @@ class TransactionProducer:
         started = time.monotonic()
         try:
             if origin == "send" and self.config.end_oneway:
-                report = _OnewayReport(self.group, op, origin, started)
+                report = _OnewayReport(self.group, half.real_topic, op, origin, started)
                 self._writer.send(record, timeout, EndTransactionError, report)
                 return EndStatus.SENT_ONEWAY, None
             self._writer.write(record, timeout, EndTransactionError)
@@ -397,7 +397,7 @@ class TransactionProducer:
             metrics.END_FAILURES.labels(self.group, "failed").inc()
             log.error("end failed transaction_id=%s error=%s", half.transaction_id, exc)
             return EndStatus.FAILED, exc
-        _count_end(self.group, resolution, origin, started)
+        _count_end(self.group, half.real_topic, resolution, origin, started)
         if resolution is Resolution.COMMIT:
             return EndStatus.COMMITTED, None
         return EndStatus.ROLLED_BACK, None
@@ -446,10 +446,12 @@ class TransactionProducer:
         return int(self._clock() * 1000)
 
 
-def _count_end(group: str, resolution: Resolution, origin: str, started: float) -> None:
+def _count_end(
+    group: str, real_topic: str, resolution: Resolution, origin: str, started: float
+) -> None:
     metrics.END_LATENCY.labels(group).observe(time.monotonic() - started)
     counter = metrics.COMMITS if resolution is Resolution.COMMIT else metrics.ROLLBACKS
-    counter.labels(group, origin).inc()
+    counter.labels(group, real_topic, origin).inc()
 
 
 class _OnewayReport:
@@ -459,17 +461,20 @@ class _OnewayReport:
     counted; the half then has no op and the checker resolves it by check-back.
     """
 
-    __slots__ = ("group", "op", "origin", "started")
+    __slots__ = ("group", "op", "origin", "real_topic", "started")
 
-    def __init__(self, group: str, op: OpRecord, origin: str, started: float) -> None:
+    def __init__(
+        self, group: str, real_topic: str, op: OpRecord, origin: str, started: float
+    ) -> None:
         self.group = group
+        self.real_topic = real_topic
         self.op = op
         self.origin = origin
         self.started = started
 
     def __call__(self, error: KafkaError | None) -> None:
         if error is None:
-            _count_end(self.group, self.op.resolution, self.origin, self.started)
+            _count_end(self.group, self.real_topic, self.op.resolution, self.origin, self.started)
             return
         metrics.END_FAILURES.labels(self.group, "oneway").inc()
         log.warning(
