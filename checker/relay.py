@@ -35,6 +35,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -223,7 +224,8 @@ class Relay:
         for tp in partitions:
             self._memories.pop(tp.partition, None)
             self._halves.forget(tp.partition)
-            if self._relayed.pop(tp.partition, None) is not None:
+            self._relayed.pop(tp.partition, None)
+            with suppress(KeyError):  # not reported yet; older prometheus clients raise then
                 metrics.RELAY_LAG.remove(str(tp.partition))  # another replica reports it now
         consumer.incremental_unassign(partitions)
         log.info("stopped relaying op partitions %s", sorted(tp.partition for tp in partitions))
