@@ -13,18 +13,24 @@ Spans follow OpenTelemetry's messaging conventions where they apply: the send
 is a PRODUCER span and its context is the one written into the half; the local
 transaction and the decision are its children; a check answer is a CONSUMER
 span whose parent is the context carried by the half it was asked about.
-Without an SDK configured, the API hands out non-recording spans.
+Without an SDK configured nothing would record, so no span is started at all.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 try:
     from opentelemetry import propagate, trace
-    from opentelemetry.trace import SpanKind, Status, StatusCode
+    from opentelemetry.trace import (
+        NoOpTracerProvider,
+        ProxyTracerProvider,
+        SpanKind,
+        Status,
+        StatusCode,
+    )
 except ImportError:  # the ``otel`` extra is not installed: tracing stays off
     ENABLED = False
 else:
@@ -52,21 +58,6 @@ NO_SPAN = _NoSpan()
 _NO_SPAN_BLOCK = nullcontext(NO_SPAN)  # reusable: without OpenTelemetry a span costs one call
 
 
-@contextmanager
-def _span(
-    name: str,
-    kind: str,
-    attributes: Mapping[str, AttributeValue],
-    parent_headers: HeaderPairs | None,
-) -> Iterator[Any]:
-    context = None if parent_headers is None else propagate.extract(_carrier(parent_headers))
-    tracer = trace.get_tracer("outbox")
-    with tracer.start_as_current_span(
-        name, context=context, kind=getattr(SpanKind, kind), attributes=dict(attributes)
-    ) as span:
-        yield span
-
-
 def span(
     name: str,
     kind: str = "INTERNAL",
@@ -83,7 +74,15 @@ def span(
     """
     if not ENABLED:
         return _NO_SPAN_BLOCK
-    return _span(name, kind, attributes or {}, parent_headers)
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, ProxyTracerProvider | NoOpTracerProvider):
+        # No SDK: the API's spans would record nothing and stand in for their parent,
+        # whose context :func:`with_trace_context` writes all the same.
+        return _NO_SPAN_BLOCK
+    context = None if parent_headers is None else propagate.extract(_carrier(parent_headers))
+    return provider.get_tracer("outbox").start_as_current_span(
+        name, context=context, kind=SpanKind[kind], attributes=attributes
+    )
 
 
 def fail(current: Any, error: BaseException) -> None:

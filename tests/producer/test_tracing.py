@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager
 
 import pytest
-from opentelemetry import propagate, trace
+from opentelemetry import context, propagate, trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -220,10 +220,20 @@ def test_without_opentelemetry_a_send_works_and_carries_no_trace_header(
     assert [name for name, _ in half.headers if not name.startswith("outbox-")] == []
 
 
-def test_without_a_span_or_sdk_nothing_is_injected(
+def test_with_the_api_alone_an_incoming_trace_is_passed_on_and_none_is_made_up(
     producer: TransactionProducer, outbox_topics: OutboxTopics
 ):
-    """The API alone, no provider: spans do not record and no trace header is written."""
-    producer.send_message_in_transaction(Message(outbox_topics.real_topic, b"v"), COMMIT)
-    (half,) = outbox_topics.read(outbox_topics.names.half)
-    assert [name for name, _ in half.headers if not name.startswith("outbox-")] == []
+    """No SDK: no span is started, yet a context the service received travels on."""
+    t = outbox_topics
+    producer.send_message_in_transaction(Message(t.real_topic, b"untraced"), COMMIT)
+    incoming = propagate.extract({"traceparent": CALLER, "tracestate": "vendor=abc"})
+    token = context.attach(incoming)
+    try:
+        producer.send_message_in_transaction(Message(t.real_topic, b"traced"), COMMIT)
+    finally:
+        context.detach(token)
+    halves = {raw.value: raw for raw in t.read(t.names.half)}
+    untraced, traced = halves[b"untraced"], halves[b"traced"]
+    assert [name for name, _ in untraced.headers if not name.startswith("outbox-")] == []
+    assert header(traced, "traceparent") == CALLER.encode()
+    assert header(traced, "tracestate") == b"vendor=abc"
