@@ -18,7 +18,7 @@ import pytest
 from confluent_kafka import Producer
 from prometheus_client import REGISTRY
 
-from checker.relay import Relay, RelaySettings
+from checker.relay import BatchReport, Relay, RelaySettings
 from outbox.protocol import (
     DiscardReason,
     DiscardRecord,
@@ -294,21 +294,28 @@ def test_relay_lag_is_what_each_op_partition_holds_beyond_the_relayed(
     """Counted per op partition; ops written in a Kafka transaction (as the checker's
     database resolutions are) leave no lag behind for their transaction markers."""
     t = outbox_topics
+    halves = [pending_half(t, f"lag-{n}") for n in range(5)]
+    offsets = [off for _, off in write(t, *(h.to_record(t.names, 0) for h in halves))]
+    ops = [
+        OpRecord(h.transaction_id, "orders", 0, offset, COMMIT, 1)
+        for h, offset in zip(halves, offsets, strict=True)
+    ]
     with relay_of(t, batch=2) as relay:
-        halves = [pending_half(t, f"lag-{n}") for n in range(5)]
-        for half in halves:
-            decide(t, half, write_half(t, half), COMMIT)
+        write(t, *(op.to_record(t.names) for op in ops))  # one batch: fetched all at once
+        report = BatchReport()
+        while not report.decisions:
+            report = relay.pump(5)
+        assert report.decisions == 2
+        assert REGISTRY.get_sample_value("outbox_checker_relay_lag", {"partition": "0"}) == 3
         resolved = pending_half(t, "resolved")
         op = OpRecord("resolved", "orders", 1, write_half(t, resolved, 1), COMMIT, 1)
         with transactional_producer(t) as producer:
             producer.produce(**op.to_record(t.names).produce_kwargs())
-        wait_for(lambda: relay.pump(5).decisions > 0, what="a first batch")
-        lag = sample("outbox_checker_relay_lag", {"partition": "0"})
-        assert 0 < lag < 5
         drain(relay)
         assert published(t) == Counter({h.transaction_id: 1 for h in [*halves, resolved]})
         for partition in ("0", "1", "2"):
-            assert sample("outbox_checker_relay_lag", {"partition": partition}) == 0
+            lag = REGISTRY.get_sample_value("outbox_checker_relay_lag", {"partition": partition})
+            assert lag == 0, partition
 
 
 @contextmanager
