@@ -74,6 +74,8 @@ from outbox.topic_catalog import TopicCatalog
 
 log = logging.getLogger(__name__)
 
+_PRODUCER_GROUP = Header.PRODUCER_GROUP.value
+
 _CLIENT_MAX_MESSAGE_BYTES = 1_000_000
 """librdkafka's ``message.max.bytes`` default: a larger record is refused by the client."""
 _RECORD_OVERHEAD = 100
@@ -323,9 +325,12 @@ class Relay:
         metrics.RELAY_SECOND_DECISIONS.inc(report.second_decisions)
         metrics.RELAY_UNPUBLISHABLE.inc(report.unpublishable)
         finished_ms = self._now_ms()
+        histograms: dict[tuple[str, str], Any] = {}
         for topic, group, stored_ms in report.finished:
-            latency = max(0, finished_ms - stored_ms) / 1000
-            metrics.FINISH_LATENCY.labels(topic, group).observe(latency)
+            histogram = histograms.get((topic, group))
+            if histogram is None:
+                histogram = histograms[topic, group] = metrics.FINISH_LATENCY.labels(topic, group)
+            histogram.observe(max(0, finished_ms - stored_ms) / 1000)
         self._publish_lag()
         self.last_batch_at = time.monotonic()
         return report
@@ -511,9 +516,10 @@ def _decode(raw: RawRecord) -> Decision | None:
 
 def _note_finish(report: BatchReport, record: OutgoingRecord, raw: RawRecord) -> None:
     stored_ms = half_stored_ms(raw)
-    group = raw.header_text(Header.PRODUCER_GROUP)
-    if stored_ms is not None and group is not None:
-        report.finished.append((record.topic, group, stored_ms))
+    # The real record names its producer group last (``real_record_of_half``).
+    group = next((v for n, v in reversed(record.headers) if n == _PRODUCER_GROUP), None)
+    if stored_ms is not None and group:
+        report.finished.append((record.topic, group.decode("utf-8", "replace"), stored_ms))
 
 
 def _record_size(record: OutgoingRecord) -> int:

@@ -466,14 +466,21 @@ def half_stored_ms(raw: RawRecord) -> int | None:
     (``None``) for a half too broken to say, as the relay reads it after
     :func:`real_record_of_half` accepted it.
     """
-    if raw.header_text(_ORIGIN_OFFSET) is not None:  # a copy: its own store time is later
-        return _lenient_integer(raw, _ORIGIN_STORED_MS) or _lenient_integer(raw, _BORN_MS)
-    return raw.timestamp_ms or _lenient_integer(raw, _BORN_MS)
+    origin = stored = born = None
+    for name, value in raw.headers:  # one pass: the relay reads this for every publication
+        if name == _ORIGIN_OFFSET:
+            origin = value
+        elif name == _ORIGIN_STORED_MS:
+            stored = value
+        elif name == _BORN_MS:
+            born = value
+    if origin is not None:  # a copy: its own store time is later than the original's
+        return _lenient_integer(stored) or _lenient_integer(born)
+    return raw.timestamp_ms or _lenient_integer(born)
 
 
-def _lenient_integer(raw: RawRecord, name: str) -> int | None:
-    text = raw.header_text(name)
-    return int(text) if text is not None and text.isascii() and text.isdigit() else None
+def _lenient_integer(value: bytes | None) -> int | None:
+    return int(value) if value is not None and value.isdigit() else None
 
 
 _KIND = Header.KIND.value
