@@ -55,6 +55,21 @@ RELAY_BATCH_SECONDS = Histogram(
     buckets=(0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 5),
 )
 
+RELAY_LAG = Gauge(
+    "outbox_checker_relay_lag",
+    "Op records this replica's relay has not relayed yet, by op partition it owns.",
+    ["partition"],
+)
+FINISH_LATENCY = Histogram(
+    "outbox_finish_message_latency_seconds",
+    "RocketMQ's finish_message_latency (RIP-46): from the broker storing a half to the relay "
+    "publishing its commit on the real topic, by real topic and producer group.",
+    ["real_topic", "group"],
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600),
+)
+"""Label values are bounded: a real topic is one the relay could write to (one of the
+cluster's topics) and a group one the applications named in their code."""
+
 _topics_by_partition: dict[int, set[str]] = {}
 _oldest_born_ms: dict[int, int | None] = {}
 

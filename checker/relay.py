@@ -15,6 +15,13 @@ decision came first is read from the op partition itself
 (:mod:`checker.decision_memory`), and the memory of it is committed with the
 offsets, in the same transaction.
 
+Each publication observes RocketMQ's born-to-finish latency
+(``outbox_finish_message_latency_seconds``): from the broker storing the half
+(for a copy, the original) to the relay's clock once the transaction that
+wrote the real record has committed, both on the cluster's side, so a
+producer's clock plays no part. The op records an owned partition holds beyond
+what was relayed are its lag (``outbox_checker_relay_lag``).
+
 A half whose real record cannot be written (its topic is gone, it is larger
 than the topic or the client allows, it no longer exists) would otherwise stop
 its partition for good; it goes to the discard topic with the reason and the
@@ -28,6 +35,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +67,7 @@ from outbox.protocol import (
     OutgoingRecord,
     RawRecord,
     TopicNames,
+    half_stored_ms,
     real_record_of_half,
 )
 from outbox.protocol.headers import int_header, text_header
@@ -67,6 +76,8 @@ from outbox.size_limits import CHECKER_MESSAGE_MAX_BYTES, SizeLimits
 from outbox.topic_catalog import TopicCatalog
 
 log = logging.getLogger(__name__)
+
+_PRODUCER_GROUP = Header.PRODUCER_GROUP.value
 
 
 def relay_group(checker_group: str) -> str:
@@ -84,6 +95,8 @@ class BatchReport:
     rollbacks: int = 0
     unpublishable: int = 0
     by_partition: dict[int, int] = field(default_factory=dict)
+    finished: list[tuple[str, str, int]] = field(default_factory=list)
+    """(real topic, producer group, half stored ms) of each publication, for the latency."""
 
 
 @dataclass(frozen=True)
@@ -126,6 +139,8 @@ class Relay:
             "transaction.timeout.ms": settings.transaction_timeout_ms,
         }
         self._memories: dict[int, DecisionMemory] = {}
+        self._relayed: dict[int, int] = {}
+        """Per owned op partition, the offset after the last decision relayed and committed."""
         self._in_transaction = False
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -137,8 +152,6 @@ class Relay:
         self._limits = SizeLimits(self._catalog, self._producer_config)
         self._producer = self._new_producer()
         self._group_id = group_id
-        self._positions: dict[int, int] = {}
-        """Per op partition, the offset after the last decision this relay read."""
         self._silence = SilenceWatch(settings.silence_seconds)
         self._consumer = self._new_consumer()
 
@@ -224,8 +237,10 @@ class Relay:
             return
         for tp in partitions:
             self._memories.pop(tp.partition, None)
-            self._positions.pop(tp.partition, None)
             self._halves.forget(tp.partition)
+            self._relayed.pop(tp.partition, None)
+            with suppress(KeyError):  # not reported yet; older prometheus clients raise then
+                metrics.RELAY_LAG.remove(str(tp.partition))  # another replica reports it now
         consumer.incremental_unassign(partitions)
         log.info("stopped relaying op partitions %s", sorted(tp.partition for tp in partitions))
 
@@ -262,7 +277,7 @@ class Relay:
             offset = batch[-1].offset + 1
         memory.shrink(position)
         self._memories[partition] = memory
-        self._positions[partition] = position
+        self._relayed[partition] = position
         log.info(
             "op partition %d: relay resumes at %d, %d decisions re-read",
             partition,
@@ -308,6 +323,7 @@ class Relay:
         first = self._consumer.poll(timeout)
         if first is None:
             self._idle(time.monotonic())
+            self._publish_lag()
             return BatchReport()
         self._silence.heard()
         messages = [first, *self._consumer.consume(self._settings.batch - 1, timeout=0)]
@@ -321,6 +337,14 @@ class Relay:
         metrics.RELAY_PUBLISHED.inc(report.published)
         metrics.RELAY_SECOND_DECISIONS.inc(report.second_decisions)
         metrics.RELAY_UNPUBLISHABLE.inc(report.unpublishable)
+        finished_ms = self._now_ms()
+        histograms: dict[tuple[str, str], Any] = {}
+        for topic, group, stored_ms in report.finished:
+            histogram = histograms.get((topic, group))
+            if histogram is None:
+                histogram = histograms[topic, group] = metrics.FINISH_LATENCY.labels(topic, group)
+            histogram.observe(max(0, finished_ms - stored_ms) / 1000)
+        self._publish_lag()
         self.last_batch_at = time.monotonic()
         return report
 
@@ -348,21 +372,44 @@ class Relay:
         for partition in list(self._memories):
             self._halves.forget(partition)
         self._memories.clear()
-        self._positions.clear()
+        self._relayed.clear()
         close_in_background(old)
 
     def _undelivered(self) -> list[int]:
         """Op partitions whose committed end is beyond this relay's position."""
-        if not self._positions:
+        if not self._relayed:
             return []
         ends = end_offsets(
             AdminClient(self._client_config),
             self._topics.op,
-            list(self._positions),
+            list(self._relayed),
             IsolationLevel.READ_COMMITTED,
             self._settings.timeout,
         )
-        return sorted(p for p, end in ends.items() if end > self._positions.get(p, end))
+        return sorted(p for p, end in ends.items() if end > self._done(p, end))
+
+    def _done(self, partition: int, default: int) -> int:
+        """Where this relay is done on an op partition: past what it relayed, and past the
+        transaction markers its consumer stepped over (which are no decisions)."""
+        relayed = self._relayed.get(partition)
+        if relayed is None:
+            return default
+        (position,) = self._consumer.position([TopicPartition(self._topics.op, partition)])
+        return max(relayed, position.offset)
+
+    def _publish_lag(self) -> None:
+        """Per owned op partition: the records past what was relayed (its end as last fetched).
+
+        The end is the consumer's cached high watermark, so this costs no
+        request; a partition not fetched from yet has none and is left as it was.
+        """
+        for partition in self._relayed:
+            tp = TopicPartition(self._topics.op, partition)
+            _, end = self._consumer.get_watermark_offsets(tp, cached=True)
+            if end >= 0:
+                metrics.RELAY_LAG.labels(str(partition)).set(
+                    max(0, end - self._done(partition, end))
+                )
 
     def _relay(self, records: list[RawRecord]) -> BatchReport:
         report = BatchReport(decisions=len(records))
@@ -391,7 +438,6 @@ class Relay:
         outgoing = self._restore_records(commits, report)
         offsets = []
         for partition, offset in next_offsets.items():
-            self._positions[partition] = offset
             memory = self._memories[partition]
             memory.shrink(offset)
             offsets.append(
@@ -411,6 +457,7 @@ class Relay:
             self._producer = self._new_producer()
             raise KafkaUnavailableError(f"relay transaction abandoned: {exc}") from None
         self._in_transaction = False
+        self._relayed.update(next_offsets)
         return report
 
     def _transact(
@@ -440,6 +487,7 @@ class Relay:
                     outgoing.append(record)
                     report.published += 1
                     report.by_partition[partition] = report.by_partition.get(partition, 0) + 1
+                    _note_finish(report, record, halves[op.half_offset])
                     continue
                 report.unpublishable += 1
                 log.error(
@@ -524,6 +572,14 @@ def _decode(raw: RawRecord) -> Decision | None:
     except MalformedRecordError as exc:
         log.warning("ignoring a malformed op record: %s", exc)
         return None
+
+
+def _note_finish(report: BatchReport, record: OutgoingRecord, raw: RawRecord) -> None:
+    stored_ms = half_stored_ms(raw)
+    # The real record names its producer group last (``real_record_of_half``).
+    group = next((v for n, v in reversed(record.headers) if n == _PRODUCER_GROUP), None)
+    if stored_ms is not None and group:
+        report.finished.append((record.topic, group.decode("utf-8", "replace"), stored_ms))
 
 
 def _stand_in_half(topics: TopicNames, op: Decision) -> RawRecord:

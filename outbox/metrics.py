@@ -2,6 +2,12 @@
 
 Registered once per process in the default registry, so an application that
 already exposes ``/metrics`` shows them with no extra wiring.
+
+Label values come from bounded sets: ``group`` is fixed in the application's
+code, ``real_topic`` is one of the cluster's topics (a send to a topic that
+does not exist is refused before anything is written), and ``origin``,
+``reason`` and ``state`` are the producer's own words. So the series count is
+at most groups x real topics x 2 for the commit and rollback counters.
 """
 
 from __future__ import annotations
@@ -11,8 +17,16 @@ from prometheus_client import Counter, Histogram
 HALVES_WRITTEN = Counter(
     "outbox_halves_written", "Half records written and acknowledged.", ["group"]
 )
-COMMITS = Counter("outbox_commits", "Transactions ended with a commit.", ["group", "origin"])
-ROLLBACKS = Counter("outbox_rollbacks", "Transactions ended with a rollback.", ["group", "origin"])
+COMMITS = Counter(
+    "outbox_commits",
+    "Transactions ended with a commit (RocketMQ's commit_messages), by real topic.",
+    ["group", "real_topic", "origin"],
+)
+ROLLBACKS = Counter(
+    "outbox_rollbacks",
+    "Transactions ended with a rollback (RocketMQ's rollback_messages), by real topic.",
+    ["group", "real_topic", "origin"],
+)
 UNKNOWNS = Counter(
     "outbox_unknowns", "Local transactions or checks that answered UNKNOW.", ["group", "origin"]
 )

@@ -29,7 +29,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from pydantic import ValidationError
 
-from outbox import metrics
+from outbox import metrics, tracing
 from outbox.acked_writer import AckedWriter
 from outbox.admin import TopicSpec, ensure_topics, read_topic_states
 from outbox.check_responder import CheckResponder
@@ -279,6 +279,17 @@ class TransactionProducer:
                 self._state_lock.notify_all()
 
     def _send(self, message: Message, arg: Any) -> TransactionSendResult:
+        """The send in its span, whose trace context the half carries to the real record."""
+        attributes = {"messaging.system": "kafka", "outbox.producer_group": self.group}
+        with tracing.span(tracing.SEND, "PRODUCER", attributes) as span:
+            result = self._send_in_span(message, arg, span)
+            span.set_attribute(
+                "outbox.local_transaction_state", result.local_transaction_state.value
+            )
+            span.set_attribute("outbox.end_status", result.end_status.value)
+            return result
+
+    def _send_in_span(self, message: Message, arg: Any, span: Any) -> TransactionSendResult:
         assert self._catalog and self._limits and self._writer
         transaction_id = getattr(message, "transaction_id", None) or new_transaction_id()
         half = build_half(
@@ -288,6 +299,11 @@ class TransactionProducer:
             transaction_id=transaction_id,
             born_ms=self._now_ms(),
         )
+        span.set_attribute("messaging.destination.name", half.real_topic)
+        span.set_attribute("outbox.transaction_id", transaction_id)
+        traced = tracing.with_trace_context(half.user_headers)
+        if traced is not half.user_headers:
+            half = dataclasses.replace(half, user_headers=traced)
         real = self._catalog.get(half.real_topic)
         if half.real_partition is not None and half.real_partition >= real.partitions:
             raise InvalidMessageError(
@@ -300,6 +316,8 @@ class TransactionProducer:
             record, self.config.send_timeout_seconds, HalfWriteError
         )
         metrics.HALVES_WRITTEN.labels(self.group).inc()
+        span.set_attribute("outbox.half_partition", half_partition)
+        span.set_attribute("outbox.half_offset", half_offset)
         log.debug("half written transaction_id=%s offset=%d", transaction_id, half_offset)
 
         state, local_error = self._run_local_transaction(message, half, arg)
@@ -325,8 +343,12 @@ class TransactionProducer:
         )
         recorded: list[BaseException] = []
         token = _local_errors.set(recorded)
+        attributes = {"outbox.transaction_id": half.transaction_id}
         try:
-            answer = self.listener.execute_local_transaction(stamped, arg)
+            with tracing.span(tracing.LOCAL_TRANSACTION, attributes=attributes) as span:
+                answer = self.listener.execute_local_transaction(stamped, arg)
+                if recorded:
+                    tracing.fail(span, recorded[-1])
         except Exception as exc:
             log.warning(
                 "local transaction raised; state UNKNOW transaction_id=%s error=%r",
@@ -355,12 +377,35 @@ class TransactionProducer:
 
         ``origin_offset`` is the half's identity, which the relay keys decisions on.
         """
-        assert self._writer is not None
         resolution = _RESOLUTIONS.get(state)
         if resolution is None:
             metrics.UNKNOWNS.labels(self.group, origin).inc()
             log.info("transaction left unknown transaction_id=%s", half.transaction_id)
             return EndStatus.LEFT_UNKNOWN, None
+        attributes = {
+            "outbox.transaction_id": half.transaction_id,
+            "outbox.resolution": resolution.value,
+            "outbox.origin": origin,
+        }
+        with tracing.span(tracing.END, attributes=attributes) as span:
+            status, error = self._write_decision(
+                half, half_partition, half_offset, origin_offset, resolution, origin
+            )
+            span.set_attribute("outbox.end_status", status.value)
+            if error is not None:
+                tracing.fail(span, error)
+            return status, error
+
+    def _write_decision(
+        self,
+        half: HalfRecord,
+        half_partition: int,
+        half_offset: int,
+        origin_offset: int,
+        resolution: Resolution,
+        origin: str,
+    ) -> tuple[EndStatus, BaseException | None]:
+        assert self._writer is not None
         if origin == "send":
             # RocketMQ 5.1.1's rule, checked once before the op is written: past
             # the window a check may already have answered, and the relay keeps
@@ -389,7 +434,7 @@ class TransactionProducer:
         started = time.monotonic()
         try:
             if origin == "send" and self.config.end_oneway:
-                report = _OnewayReport(self.group, op, origin, started)
+                report = _OnewayReport(self.group, half.real_topic, op, origin, started)
                 self._writer.send(record, timeout, EndTransactionError, report)
                 return EndStatus.SENT_ONEWAY, None
             self._writer.write(record, timeout, EndTransactionError)
@@ -397,7 +442,7 @@ class TransactionProducer:
             metrics.END_FAILURES.labels(self.group, "failed").inc()
             log.error("end failed transaction_id=%s error=%s", half.transaction_id, exc)
             return EndStatus.FAILED, exc
-        _count_end(self.group, resolution, origin, started)
+        _count_end(self.group, half.real_topic, resolution, origin, started)
         if resolution is Resolution.COMMIT:
             return EndStatus.COMMITTED, None
         return EndStatus.ROLLED_BACK, None
@@ -415,6 +460,20 @@ class TransactionProducer:
         the relay keys decisions on); it is always acknowledged, never oneway.
         """
         half = request.half
+        attributes = {
+            "messaging.system": "kafka",
+            "messaging.destination.name": half.real_topic,
+            "outbox.producer_group": self.group,
+            "outbox.transaction_id": half.transaction_id,
+            "outbox.check_times": half.check_times,
+        }
+        with tracing.span(
+            tracing.CHECK, "CONSUMER", attributes, parent_headers=half.user_headers
+        ) as span:
+            self._answer_check_in_span(request, span)
+
+    def _answer_check_in_span(self, request: CheckRequest, span: Any) -> None:
+        half = request.half
         message = Message(
             topic=half.real_topic,
             value=half.value if half.value is not None else b"",
@@ -429,12 +488,14 @@ class TransactionProducer:
         try:
             answer = self.listener.check_local_transaction(message)
             state = _as_state(answer, half.transaction_id, "check_local_transaction")
-        except Exception:
+        except Exception as exc:
             log.exception(
                 "check_local_transaction raised; answering UNKNOW transaction_id=%s",
                 half.transaction_id,
             )
+            tracing.fail(span, exc)
             state = LocalTransactionState.UNKNOW
+        span.set_attribute("outbox.local_transaction_state", state.value)
         metrics.CHECKS_ANSWERED.labels(self.group, state.value).inc()
         log.info("check answered transaction_id=%s state=%s", half.transaction_id, state.value)
         identity = half.identity(request.half_offset)
@@ -446,10 +507,12 @@ class TransactionProducer:
         return int(self._clock() * 1000)
 
 
-def _count_end(group: str, resolution: Resolution, origin: str, started: float) -> None:
+def _count_end(
+    group: str, real_topic: str, resolution: Resolution, origin: str, started: float
+) -> None:
     metrics.END_LATENCY.labels(group).observe(time.monotonic() - started)
     counter = metrics.COMMITS if resolution is Resolution.COMMIT else metrics.ROLLBACKS
-    counter.labels(group, origin).inc()
+    counter.labels(group, real_topic, origin).inc()
 
 
 class _OnewayReport:
@@ -459,17 +522,20 @@ class _OnewayReport:
     counted; the half then has no op and the checker resolves it by check-back.
     """
 
-    __slots__ = ("group", "op", "origin", "started")
+    __slots__ = ("group", "op", "origin", "real_topic", "started")
 
-    def __init__(self, group: str, op: OpRecord, origin: str, started: float) -> None:
+    def __init__(
+        self, group: str, real_topic: str, op: OpRecord, origin: str, started: float
+    ) -> None:
         self.group = group
+        self.real_topic = real_topic
         self.op = op
         self.origin = origin
         self.started = started
 
     def __call__(self, error: KafkaError | None) -> None:
         if error is None:
-            _count_end(self.group, self.op.resolution, self.origin, self.started)
+            _count_end(self.group, self.real_topic, self.op.resolution, self.origin, self.started)
             return
         metrics.END_FAILURES.labels(self.group, "oneway").inc()
         log.warning(

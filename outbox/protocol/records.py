@@ -459,6 +459,32 @@ def real_record_of_half(raw: RawRecord) -> tuple[str, OutgoingRecord]:
         return half.transaction_id, half.to_real_record()
 
 
+def half_stored_ms(raw: RawRecord) -> int | None:
+    """When the broker stored the original of a half (for a copy, the time it carries).
+
+    The start of RocketMQ's born-to-finish latency, on the cluster's clock as
+    the checker's ages are, so a producer's wrong clock does not skew it. Falls
+    back to the producer's born time for a record without a store time; lenient
+    (``None``) for a half too broken to say, as the relay reads it after
+    :func:`real_record_of_half` accepted it.
+    """
+    origin = stored = born = None
+    for name, value in raw.headers:  # one pass: the relay reads this for every publication
+        if name == _ORIGIN_OFFSET:
+            origin = value
+        elif name == _ORIGIN_STORED_MS:
+            stored = value
+        elif name == _BORN_MS:
+            born = value
+    if origin is not None:  # a copy: its own store time is later than the original's
+        return _lenient_integer(stored) or _lenient_integer(born)
+    return raw.timestamp_ms or _lenient_integer(born)
+
+
+def _lenient_integer(value: bytes | None) -> int | None:
+    return int(value) if value is not None and value.isdigit() else None
+
+
 _KIND = Header.KIND.value
 _TRANSACTION_ID = Header.TRANSACTION_ID.value
 _PRODUCER_GROUP = Header.PRODUCER_GROUP.value
@@ -468,6 +494,8 @@ _RESOLUTION = Header.RESOLUTION.value
 _HALF_PARTITION = Header.HALF_PARTITION.value
 _HALF_OFFSET = Header.HALF_OFFSET.value
 _ORIGIN_OFFSET = Header.ORIGIN_OFFSET.value
+_ORIGIN_STORED_MS = Header.ORIGIN_STORED_MS.value
+_BORN_MS = Header.BORN_MS.value
 _OP_KIND = RecordKind.OP.value.encode()
 _HALF_KIND = RecordKind.HALF.value.encode()
 _COMMIT = Resolution.COMMIT.value.encode()

@@ -181,9 +181,14 @@ def test_sigterm_exits_0_after_committing(outbox_topics: OutboxTopics, processes
     processes.append(checker)
     wait_for(checker.ready, 90, "/readyz")
     wait_for(lambda: len(check_requests(outbox_topics)) == 1, 60, "the check request")
-    with urllib.request.urlopen(f"http://127.0.0.1:{checker.port}/metrics", timeout=5) as r:
-        metrics = r.read().decode()
-    assert "outbox_checker_checks_sent_total 1.0" in metrics
+
+    def metrics() -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{checker.port}/metrics", timeout=5) as r:
+            return r.read().decode()
+
+    assert "outbox_checker_checks_sent_total 1.0" in metrics()
+    lags = [f'outbox_checker_relay_lag{{partition="{p}"}} 0.0' for p in range(3)]
+    wait_for(lambda: all(lag in metrics() for lag in lags), 60, "the relay's lag on /metrics")
     with urllib.request.urlopen(f"http://127.0.0.1:{checker.port}/healthz", timeout=5) as r:
         assert r.status == 200
     started = time.monotonic()

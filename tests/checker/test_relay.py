@@ -11,12 +11,14 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import pytest
+from confluent_kafka import Producer
+from prometheus_client import REGISTRY
 
-from checker.relay import Relay, RelaySettings
+from checker.relay import BatchReport, Relay, RelaySettings
 from outbox.protocol import (
     DiscardReason,
     DiscardRecord,
@@ -41,6 +43,8 @@ def relay_of(
     group: str | None = None,
     memory: int = 1000,
     silence_seconds: float = 10.0,
+    batch: int = 100,
+    now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
 ) -> Iterator[Relay]:
     """A relay of the test's topics that owns every op partition (one member in its group)."""
     relay = Relay(
@@ -48,7 +52,8 @@ def relay_of(
         topics.names,
         group_id=group or f"{topics.names.prefix}.relay",
         transactional_id=f"{topics.names.prefix}.relay.{uuid.uuid4().hex[:8]}",
-        settings=RelaySettings(batch=100, memory=memory, silence_seconds=silence_seconds),
+        settings=RelaySettings(batch=batch, memory=memory, silence_seconds=silence_seconds),
+        now_ms=now_ms,
     )
     try:
         deadline = time.monotonic() + 60
@@ -275,3 +280,73 @@ def test_a_relay_whose_consumer_went_silent_reads_on_with_a_fresh_one(outbox_top
         drain(relay)
         assert relay._consumer is not wedged
     assert published(t) == Counter({half.transaction_id: 1})
+
+
+def sample(name: str, labels: dict[str, str]) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def test_finish_latency_counts_from_the_halves_store_time_to_its_publication(
+    outbox_topics: OutboxTopics,
+):
+    """RocketMQ's born-to-finish latency, on the cluster's clocks: the original half's store
+    time (a copy carries it) to the relay's clock after publishing; rollbacks publish nothing."""
+    t = outbox_topics
+    original = pending_half(t, "original", age_seconds=3600)  # a producer clock an hour off
+    original_at = write_half(t, original)
+    (stored,) = [r.timestamp_ms for r in t.read(t.names.half) if r.offset == original_at]
+    assert stored is not None
+    copied = pending_half(t, "copied").put_back(offset=999, stored_ms=stored - 60_000)
+    rolled_back = pending_half(t, "rolled-back")
+    decide(t, original, original_at, COMMIT)
+    decide(t, copied, write_half(t, copied), COMMIT, origin=999)
+    decide(t, rolled_back, write_half(t, rolled_back), ROLLBACK)
+    labels = {"real_topic": t.real_topic, "group": "orders"}
+    with relay_of(t, now_ms=lambda: stored + 2_500) as relay:
+        drain(relay)
+    assert published(t) == Counter({"original": 1, "copied": 1})
+    assert sample("outbox_finish_message_latency_seconds_count", labels) == 2
+    assert sample("outbox_finish_message_latency_seconds_sum", labels) == 2.5 + 62.5
+    assert sample("outbox_finish_message_latency_seconds_bucket", {**labels, "le": "5.0"}) == 1
+
+
+def test_relay_lag_is_what_each_op_partition_holds_beyond_the_relayed(
+    outbox_topics: OutboxTopics,
+):
+    """Counted per op partition; ops written in a Kafka transaction (as the checker's
+    database resolutions are) leave no lag behind for their transaction markers."""
+    t = outbox_topics
+    halves = [pending_half(t, f"lag-{n}") for n in range(5)]
+    offsets = [off for _, off in write(t, *(h.to_record(t.names, 0) for h in halves))]
+    ops = [
+        OpRecord(h.transaction_id, "orders", 0, offset, COMMIT, 1)
+        for h, offset in zip(halves, offsets, strict=True)
+    ]
+    with relay_of(t, batch=2) as relay:
+        write(t, *(op.to_record(t.names) for op in ops))  # one batch: fetched all at once
+        report = BatchReport()
+        while not report.decisions:
+            report = relay.pump(5)
+        assert report.decisions == 2
+        assert REGISTRY.get_sample_value("outbox_checker_relay_lag", {"partition": "0"}) == 3
+        resolved = pending_half(t, "resolved")
+        op = OpRecord("resolved", "orders", 1, write_half(t, resolved, 1), COMMIT, 1)
+        with transactional_producer(t) as producer:
+            producer.produce(**op.to_record(t.names).produce_kwargs())
+        drain(relay)
+        assert published(t) == Counter({h.transaction_id: 1 for h in [*halves, resolved]})
+        for partition in ("0", "1", "2"):
+            lag = REGISTRY.get_sample_value("outbox_checker_relay_lag", {"partition": partition})
+            assert lag == 0, partition
+
+
+@contextmanager
+def transactional_producer(topics: OutboxTopics) -> Iterator[Producer]:
+    """Records produced in the block are committed in one Kafka transaction."""
+    producer = Producer(
+        {**topics.client_config, "transactional.id": f"{topics.names.prefix}.tx.{uuid.uuid4()}"}
+    )
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    yield producer
+    producer.commit_transaction(30)

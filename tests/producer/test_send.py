@@ -166,18 +166,19 @@ def test_metrics_count_each_outcome(producer, outbox_topics):
     def value(name: str, **labels: str) -> float:
         return REGISTRY.get_sample_value(name, {"group": "orders", **labels}) or 0.0
 
-    before = (
-        value("outbox_commits_total", origin="send"),
-        value("outbox_rollbacks_total", origin="send"),
-        value("outbox_halves_written_total"),
-    )
-    producer.send_message_in_transaction(Message(outbox_topics.real_topic, b"v"), COMMIT)
-    producer.send_message_in_transaction(Message(outbox_topics.real_topic, b"v"), ROLLBACK)
-    after = (
-        value("outbox_commits_total", origin="send"),
-        value("outbox_rollbacks_total", origin="send"),
-        value("outbox_halves_written_total"),
-    )
+    topic = outbox_topics.real_topic
+
+    def values() -> tuple[float, float, float]:
+        return (
+            value("outbox_commits_total", real_topic=topic, origin="send"),
+            value("outbox_rollbacks_total", real_topic=topic, origin="send"),
+            value("outbox_halves_written_total"),
+        )
+
+    before = values()
+    producer.send_message_in_transaction(Message(topic, b"v"), COMMIT)
+    producer.send_message_in_transaction(Message(topic, b"v"), ROLLBACK)
+    after = values()
     assert [b - a for a, b in zip(before, after, strict=True)] == [1, 1, 2]
     assert value("outbox_end_latency_seconds_count") >= 2
 

@@ -19,6 +19,7 @@ from outbox.protocol import (
     RecordKind,
     Resolution,
     TopicNames,
+    half_stored_ms,
     is_reserved,
     new_transaction_id,
     real_record_of_half,
@@ -364,3 +365,40 @@ def test_a_requeued_half_keeps_its_identity_and_its_check_count():
     """A half inside its own immunity time is moved to the end unchecked: still the same half."""
     moved = a_half(check_times=2).requeued(11, 4_000)
     assert (moved.identity(50), moved.check_times, moved.origin_stored_ms) == (11, 2, 4_000)
+
+
+TRACE_HEADERS = [
+    ("traceparent", b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+    ("tracestate", b"vendor=abc"),
+]
+
+
+def test_trace_context_headers_ride_every_copy_to_the_real_record():
+    """Put-back, check request, discard, resume, relay: the context reaches the real record."""
+    half = a_half(user_headers=[("h", b"1"), *TRACE_HEADERS])
+    original = stored(half.to_record(TOPICS, 2), offset=10)
+    copy = HalfRecord.from_record(original).put_back(10, 1_700_000_001_000)
+    stored_copy = stored(copy.to_record(TOPICS, 2), offset=20)
+    request = CheckRequest(HalfRecord.from_record(stored_copy), 2, 20, 1_700_000_002_000)
+    asked = CheckRequest.from_record(stored(request.to_record(TOPICS), 0, 3))
+    assert asked.half.user_headers == [("h", b"1"), *TRACE_HEADERS]
+    discard = DiscardRecord.of_half(stored_copy, DiscardReason.CHECK_MAX, 1_700_000_003_000)
+    kept = DiscardRecord.from_record(stored(discard.to_record(TOPICS), 0, 4))
+    resumed = kept.original_half().resumed(20)
+    stored_resumed = stored(resumed.to_record(TOPICS, 2), offset=30)
+    _, real = real_record_of_half(stored_resumed)
+    assert [h for h in real.headers if not is_reserved(h[0])] == [("h", b"1"), *TRACE_HEADERS]
+
+
+def test_half_stored_ms_is_the_originals_store_time():
+    half = a_half()
+    raw = dataclasses.replace(stored(half.to_record(TOPICS, 0)), timestamp_ms=1_700_000_005_000)
+    assert half_stored_ms(raw) == 1_700_000_005_000
+    copy = half.put_back(41, 1_700_000_005_000)
+    later = dataclasses.replace(stored(copy.to_record(TOPICS, 0), offset=50), timestamp_ms=9)
+    assert half_stored_ms(later) == 1_700_000_005_000  # not the copy's own store time
+    no_store_time = half.put_back(41, None)
+    assert half_stored_ms(stored(no_store_time.to_record(TOPICS, 0))) == half.born_ms
+    assert half_stored_ms(stored(half.to_record(TOPICS, 0))) == half.born_ms
+    assert half_stored_ms(dataclasses.replace(raw, headers=())) == 1_700_000_005_000
+    assert half_stored_ms(RawRecord("outbox.half", 0, 1)) is None
