@@ -32,7 +32,7 @@ import logging
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, ProgrammingError
@@ -142,18 +142,26 @@ class TransactionLogCheck(TransactionLogRule):
             return self.answer_on(session, message)
 
 
-class TransactionLogListener:
+_Factory = TypeVar("_Factory", bound=Callable[[], Any])
+_Business = TypeVar("_Business", bound=Callable[..., object])
+
+
+class TransactionLogListener(Generic[_Factory, _Business]):
     """The rules of a listener backed by the log table, on a session a subclass opens.
 
     :class:`SqlTransactionListener` runs them on a sync ``Session``; the
     asyncio listener on the sync session inside an ``AsyncSession`` (in
     SQLAlchemy's greenlet), so both answer by the very same code.
+    ``session_factory`` makes the subclass's sessions, ``business`` is the
+    application's work on one; ``group`` is the producer group, recorded on
+    each log row; ``clock`` (seconds since the epoch) is injectable for tests
+    of the grace-period rule.
     """
 
     def __init__(
         self,
-        session_factory: Callable[[], Any],
-        business: Callable[..., object],
+        session_factory: _Factory,
+        business: _Business,
         *,
         group: str,
         table: str = DEFAULT_TABLE,
@@ -264,35 +272,13 @@ class TransactionLogListener:
         return explain_database_error(exc, _probe_sessions(session), self.target)
 
 
-class SqlTransactionListener(TransactionLogListener):
+class SqlTransactionListener(TransactionLogListener[Callable[[], Session], BusinessFunction]):
     """A :class:`~outbox.producer.TransactionListener` backed by a SQLAlchemy database.
 
     ``session_factory`` is anything that returns a new sync ``Session`` (a
-    ``sessionmaker``); ``group`` is the producer group, recorded on each log
-    row. ``clock`` (seconds since the epoch) is injectable for tests of the
-    grace-period rule. Thread-safe: every call uses its own session.
+    ``sessionmaker``); the other arguments are :class:`TransactionLogListener`'s.
+    Thread-safe: every call uses its own session.
     """
-
-    def __init__(
-        self,
-        session_factory: Callable[[], Session],
-        business: BusinessFunction,
-        *,
-        group: str,
-        table: str = DEFAULT_TABLE,
-        schema: str | None = None,
-        grace_seconds: float = DEFAULT_GRACE_SECONDS,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        super().__init__(
-            session_factory,
-            business,
-            group=group,
-            table=table,
-            schema=schema,
-            grace_seconds=grace_seconds,
-            clock=clock,
-        )
 
     def verify(self) -> None:
         """Fail fast, before the first send, if the database or the log table is missing.
