@@ -149,7 +149,7 @@ def _run_against(console: Console, options: Options, bootstrap: str, broker_pid:
     results = Results()
     rss = options.checker is not None and not options.checker.skip_rss
     stages: list[tuple[str, str, Any, Callable[..., Any]]] = [
-        ("producer", "plain vs outbox sync sends", options.producer, producer.measure),
+        ("producer", "plain vs outbox sends, threads, tasks", options.producer, producer.measure),
         (
             "checker",
             "scan rate, answers/s" + (" and peak RSS" if rss else ""),
@@ -333,6 +333,15 @@ def _producer_rows(report: producer.Report | None, options: producer.Options | N
             " / ".join(_num(report.at(n)[2], ".3f") for n in senders),
             f"-> {limit:.3f}",
             "2 acknowledged writes a send (half, decision): 1/2 is the limit",
+        ),
+        (
+            "async msg/s (ratio to plain)",
+            " / ".join(
+                f"{_num(cell.msgs_per_s if cell else None)} ({_num(ratio, '.3f')})"
+                for cell, ratio in map(report.async_at, senders)
+            ),
+            f"-> {limit:.3f}",
+            "AsyncTransactionProducer: as many tasks on one event loop",
         ),
         (
             "outbox end p50 ms",
