@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import signal
-import time
 
 import typer
 
@@ -14,8 +13,6 @@ from checker.settings import CheckerSettings
 from outbox.settings_cli import KAFKA_PROPERTY_FLAGS, settings_command
 
 log = logging.getLogger(__name__)
-
-STALL_SECONDS = 120.0
 
 
 def run_checker(settings: CheckerSettings) -> None:
@@ -27,7 +24,7 @@ def run_checker(settings: CheckerSettings) -> None:
     if settings.http_address:
         server = serve(
             settings.http_address,
-            healthy=lambda: time.monotonic() - checker.alive_at < STALL_SECONDS,
+            healthy=checker.is_healthy,
             ready=checker.is_ready,
         )
         log.info("probes and metrics on http://%s", settings.http_address)

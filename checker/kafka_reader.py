@@ -12,6 +12,8 @@ broker with ``ListOffsets`` at both isolation levels.
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 import uuid
 from collections import deque
@@ -25,6 +27,8 @@ from checker.rules import HalfEntry, OpEntry
 from outbox.errors import KafkaUnavailableError
 from outbox.protocol import RawRecord, TopicNames
 
+log = logging.getLogger(__name__)
+
 _BATCH = 500
 _SLICE = 0.02
 _SHORT_LOOK = 0.1
@@ -33,12 +37,32 @@ _SHORT_LOOK = 0.1
 class TopicCursor:
     """Sequential committed reads of one partition of one topic at a time."""
 
-    def __init__(self, client_config: dict[str, Any], topic: str, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        client_config: dict[str, Any],
+        topic: str,
+        timeout: float = 30.0,
+        *,
+        end_check_seconds: float = 10.0,
+    ) -> None:
         self._topic = topic
         self._timeout = timeout
-        self._consumer = Consumer(
+        self._end_check_seconds = end_check_seconds
+        self._end_checked_at = time.monotonic()
+        self._client_config = client_config
+        self._consumer = self._new_consumer()
+        self._partition: int | None = None
+        self._next: int | None = None  # offset the caller's next read continues from
+        self._fetched_to: int | None = None  # offset after the last record buffered
+        self._buffer: deque[RawRecord] = deque()
+        self._at_end = False
+        self.replacements = 0
+        """Consumers replaced because they went silent: a wedged client, not an outage."""
+
+    def _new_consumer(self) -> Consumer:
+        return Consumer(
             {
-                **client_config,
+                **self._client_config,
                 "group.id": f"outbox-checker-reader-{uuid.uuid4().hex}",
                 "enable.auto.commit": False,
                 "enable.auto.offset.store": False,
@@ -48,10 +72,6 @@ class TopicCursor:
                 "fetch.wait.max.ms": 50,
             }
         )
-        self._partition: int | None = None
-        self._next: int | None = None  # offset the buffer continues from
-        self._buffer: deque[RawRecord] = deque()
-        self._at_end = False
 
     def close(self) -> None:
         self._consumer.close()
@@ -60,9 +80,27 @@ class TopicCursor:
         if self._partition == partition and self._next == offset:
             return
         self._consumer.assign([TopicPartition(self._topic, partition, offset)])
-        self._partition, self._next = partition, offset
+        self._partition, self._next, self._fetched_to = partition, offset, offset
         self._buffer.clear()
         self._at_end = False
+
+    def _replace_consumer(self) -> None:
+        """Read on with a fresh consumer from where the silent one stopped.
+
+        After a broker froze (SIGSTOP, a stalled VM) a librdkafka consumer can
+        stay silent for good once the broker is back, and neither a re-assign
+        nor a seek revives it; a new client with new connections does.
+        """
+        log.warning(
+            "reading %s[%s] at %s: no answer, reading on with a fresh consumer",
+            self._topic,
+            self._partition,
+            self._fetched_to,
+        )
+        old, self._consumer = self._consumer, self._new_consumer()
+        self.replacements += 1
+        threading.Thread(target=_close_quietly, args=(old,), daemon=True).start()
+        self._consumer.assign([TopicPartition(self._topic, self._partition, self._fetched_to)])
 
     def read(self, partition: int, start: int, limit: int) -> list[RawRecord]:
         """Up to ``limit`` records from ``start``; fewer (maybe none) at the end."""
@@ -80,11 +118,16 @@ class TopicCursor:
         """Fill the buffer; False once the partition's committed end is reached.
 
         Past an end-of-partition event a short look suffices (the end moves
-        while producers write); before one, silence means Kafka is not answering.
+        while producers write); now and then the broker is asked whether the
+        partition really ends where this consumer stands. Before one, silence
+        means Kafka is not answering, or this consumer is wedged: a third of
+        the way into the wait it is replaced once, and only silence from the
+        fresh one too is reported as an outage.
         """
         was_at_end, self._at_end = self._at_end, False
         patience = _SHORT_LOOK if was_at_end else self._timeout
-        deadline = time.monotonic() + patience
+        started = time.monotonic()
+        replace_at = None if was_at_end else started + patience / 3
         while True:
             # consume() waits for a full batch or its timeout, so ask in short slices.
             try:
@@ -94,7 +137,9 @@ class TopicCursor:
             for message in messages:
                 error = message.error()
                 if error is None:
-                    self._buffer.append(RawRecord.from_kafka(message))
+                    record = RawRecord.from_kafka(message)
+                    self._buffer.append(record)
+                    self._fetched_to = record.offset + 1
                 elif error.code() == KafkaError._PARTITION_EOF:
                     self._at_end = True
                 else:
@@ -103,14 +148,51 @@ class TopicCursor:
                 return True
             if self._at_end:
                 return False
-            if time.monotonic() >= deadline:
+            now = time.monotonic()
+            if replace_at is not None and now >= replace_at:
+                replace_at = None
+                self._replace_consumer()
+            if now - started >= patience:
                 break
         if was_at_end:
+            if self._end_is_behind():
+                self._replace_consumer()
+                return self._fetch()  # with the patience of a read that expects data
             self._at_end = True
             return False
         raise KafkaUnavailableError(
             f"reading {self._topic}[{self._partition}] returned nothing in {patience:g}s"
         )
+
+    def _end_is_behind(self) -> bool:
+        """At most every ``end_check_seconds``: does the partition go on past this consumer?
+
+        A wedged consumer at the end hears of no new records, so it would
+        answer "at the end" for ever. (An open Kafka transaction also puts the
+        high watermark past a ``read_committed`` position; a fresh consumer
+        then stops at the same place, at the cost of one reconnection.)
+        """
+        now = time.monotonic()
+        if now - self._end_checked_at < self._end_check_seconds:
+            return False
+        self._end_checked_at = now
+        partition = TopicPartition(self._topic, self._partition)
+        try:
+            (position,) = self._consumer.position([partition])
+            _, high = self._consumer.get_watermark_offsets(
+                partition, timeout=min(self._timeout, 5.0), cached=False
+            )
+        except KafkaException:
+            return True  # it cannot even ask: a fresh consumer will tell
+        return position.offset >= 0 and high > position.offset
+
+
+def _close_quietly(consumer: Consumer) -> None:
+    """Close a replaced consumer off the reading thread: a wedged one may take its time."""
+    try:
+        consumer.close()
+    except (KafkaException, RuntimeError) as exc:
+        log.debug("closing a replaced consumer: %s", exc)
 
 
 class KafkaPartitionReader:
@@ -163,14 +245,25 @@ class KafkaPartitionReader:
         """
         if self._admin is None:
             self._admin = AdminClient(self._client_config)
-        tp = TopicPartition(topic, self._partition)
+        ends = end_offsets(self._admin, topic, [self._partition], isolation, self._timeout)
+        return ends[self._partition]
+
+
+def end_offsets(
+    admin: AdminClient,
+    topic: str,
+    partitions: list[int],
+    isolation: IsolationLevel,
+    timeout: float,
+) -> dict[int, int]:
+    """``ListOffsets`` of ``partitions``: the last stable offset for ``READ_COMMITTED``."""
+    specs = {TopicPartition(topic, p): OffsetSpec.latest() for p in partitions}
+    futures = admin.list_offsets(specs, isolation_level=isolation, request_timeout=timeout)
+    ends = {}
+    for tp, future in futures.items():
         try:
-            (future,) = self._admin.list_offsets(
-                {tp: OffsetSpec.latest()},
-                isolation_level=isolation,
-                request_timeout=self._timeout,
-            ).values()
-            return int(future.result().offset)
+            ends[tp.partition] = int(future.result().offset)
         except KafkaException as exc:
-            where = f"{topic}[{self._partition}]"
+            where = f"{topic}[{tp.partition}]"
             raise KafkaUnavailableError(f"end offset of {where}: {exc}") from None
+    return ends

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 from prometheus_client import Counter, Gauge, Histogram
 
 from checker.rules import RoundChunk
@@ -13,8 +16,13 @@ PENDING = Gauge(
 )
 OLDEST_PENDING_AGE = Gauge(
     "outbox_checker_oldest_pending_age_seconds",
-    "Age of the oldest pending half, by half partition.",
+    "Age now of the oldest half pending after the last round, by half partition: it keeps"
+    " growing while rounds fail.",
     ["partition"],
+)
+SECONDS_SINCE_LAST_ROUND = Gauge(
+    "outbox_checker_seconds_since_last_round",
+    "Time since this replica last completed a round over its half partitions.",
 )
 CHECKS_SENT = Counter("outbox_checker_checks_sent", "Check requests sent to producer groups.")
 PUT_BACKS = Counter("outbox_checker_put_backs", "Halves put back at the end of their partition.")
@@ -48,9 +56,29 @@ RELAY_BATCH_SECONDS = Histogram(
 )
 
 _topics_by_partition: dict[int, set[str]] = {}
+_oldest_born_ms: dict[int, int | None] = {}
 
 
-def record_pending(partition: int, chunk: RoundChunk, now_ms: int) -> None:
+def _wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+_clock_ms: Callable[[], int] = _wall_clock_ms
+
+
+def measure_with(now_ms: Callable[[], int], last_round_ms: Callable[[], int | None]) -> None:
+    """Ages are worked out when scraped, on the checker's clock, so they never freeze."""
+    global _clock_ms
+    _clock_ms = now_ms
+
+    def since_last_round() -> float:
+        last = last_round_ms()
+        return 0.0 if last is None else max(0, now_ms() - last) / 1000
+
+    SECONDS_SINCE_LAST_ROUND.set_function(since_last_round)
+
+
+def record_pending(partition: int, chunk: RoundChunk) -> None:
     """Publish the pending counts of a round's last chunk, zeroing topics now clear."""
     label = str(partition)
     for topic in _topics_by_partition.get(partition, set()) - set(chunk.pending_by_topic):
@@ -58,5 +86,11 @@ def record_pending(partition: int, chunk: RoundChunk, now_ms: int) -> None:
     for topic, count in chunk.pending_by_topic.items():
         PENDING.labels(topic, label).set(count)
     _topics_by_partition[partition] = set(chunk.pending_by_topic)
-    oldest = chunk.oldest_pending_born_ms
-    OLDEST_PENDING_AGE.labels(label).set(0 if oldest is None else max(0, now_ms - oldest) / 1000)
+    if partition not in _oldest_born_ms:
+        OLDEST_PENDING_AGE.labels(label).set_function(lambda: _pending_age(partition))
+    _oldest_born_ms[partition] = chunk.oldest_pending_born_ms
+
+
+def _pending_age(partition: int) -> float:
+    oldest = _oldest_born_ms.get(partition)
+    return 0.0 if oldest is None else max(0, _clock_ms() - oldest) / 1000

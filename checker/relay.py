@@ -34,6 +34,7 @@ from typing import Any
 from confluent_kafka import (
     OFFSET_INVALID,
     Consumer,
+    IsolationLevel,
     KafkaError,
     KafkaException,
     Producer,
@@ -45,7 +46,7 @@ from confluent_kafka.admin import AdminClient
 from checker import metrics
 from checker.decision_memory import DecisionMemory
 from checker.half_lookup import HalfLookup
-from checker.kafka_reader import TopicCursor
+from checker.kafka_reader import TopicCursor, end_offsets
 from checker.watchdog import StuckError, call_with_deadline
 from outbox.acked_writer import produce_when_room
 from outbox.errors import InvalidMessageError, KafkaUnavailableError
@@ -61,14 +62,10 @@ from outbox.protocol import (
     real_record_of_half,
 )
 from outbox.protocol.headers import int_header, text_header
+from outbox.size_limits import CHECKER_MESSAGE_MAX_BYTES, SizeLimits
 from outbox.topic_catalog import TopicCatalog
 
 log = logging.getLogger(__name__)
-
-_CLIENT_MAX_MESSAGE_BYTES = 1_000_000
-"""librdkafka's ``message.max.bytes`` default: a larger record is refused by the client."""
-_RECORD_OVERHEAD = 100
-"""Bytes a record's framing adds beyond its key, value and headers (a safe round figure)."""
 
 
 def relay_group(checker_group: str) -> str:
@@ -96,6 +93,8 @@ class RelaySettings:
     memory: int = 200_000
     transaction_timeout_ms: int = 10_000
     timeout: float = 30.0
+    silence_seconds: float = 10.0
+    """Idle this long while its op partitions have undelivered decisions: the consumer is wedged."""
 
 
 class Relay:
@@ -116,6 +115,7 @@ class Relay:
         self._now_ms = now_ms
         self._client_config = client_config
         self._producer_config = {
+            "message.max.bytes": CHECKER_MESSAGE_MAX_BYTES,
             **client_config,
             "transactional.id": transactional_id,
             "enable.idempotence": True,
@@ -133,23 +133,13 @@ class Relay:
         self._halves = HalfLookup(lambda: TopicCursor(client_config, topics.half, settings.timeout))
         self._op_history = TopicCursor(client_config, topics.op, settings.timeout)
         self._catalog = TopicCatalog(AdminClient(client_config), settings.timeout)
+        self._limits = SizeLimits(self._catalog, self._producer_config)
         self._producer = self._new_producer()
-        self._consumer = Consumer(
-            {
-                **client_config,
-                "group.id": group_id,
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-                "isolation.level": "read_committed",
-                "partition.assignment.strategy": "cooperative-sticky",
-            }
-        )
-        self._consumer.subscribe(
-            [topics.op],
-            on_assign=self._on_assign,
-            on_revoke=self._on_revoke,
-            on_lost=self._on_revoke,
-        )
+        self._group_id = group_id
+        self._positions: dict[int, int] = {}
+        """Per op partition, the offset after the last decision this relay read."""
+        self._idle_since: float | None = None
+        self._consumer = self._new_consumer()
 
     # ----------------------------------------------------------- lifecycle
 
@@ -199,7 +189,28 @@ class Relay:
 
     # ----------------------------------------------------------- membership
 
+    def _new_consumer(self) -> Consumer:
+        consumer = Consumer(
+            {
+                **self._client_config,
+                "group.id": self._group_id,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "isolation.level": "read_committed",
+                "partition.assignment.strategy": "cooperative-sticky",
+            }
+        )
+        consumer.subscribe(
+            [self._topics.op],
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_revoke,
+        )
+        return consumer
+
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if consumer is not self._consumer:
+            return  # a replaced consumer's last word
         starts = []
         for tp in partitions:
             position = self._restore(tp.partition)
@@ -208,8 +219,11 @@ class Relay:
         log.info("relaying op partitions %s", sorted(tp.partition for tp in partitions))
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if consumer is not self._consumer:
+            return
         for tp in partitions:
             self._memories.pop(tp.partition, None)
+            self._positions.pop(tp.partition, None)
             self._halves.forget(tp.partition)
         consumer.incremental_unassign(partitions)
         log.info("stopped relaying op partitions %s", sorted(tp.partition for tp in partitions))
@@ -247,6 +261,7 @@ class Relay:
             offset = batch[-1].offset + 1
         memory.shrink(position)
         self._memories[partition] = memory
+        self._positions[partition] = position
         log.info(
             "op partition %d: relay resumes at %d, %d decisions re-read",
             partition,
@@ -291,8 +306,9 @@ class Relay:
         """Relay one batch of decisions (waiting up to ``timeout`` for the first)."""
         first = self._consumer.poll(timeout)
         if first is None:
-            self.last_batch_at = time.monotonic()
+            self._idle(time.monotonic())
             return BatchReport()
+        self._idle_since = None
         messages = [first, *self._consumer.consume(self._settings.batch - 1, timeout=0)]
         records = [RawRecord.from_kafka(m) for m in messages if _usable(m)]
         records = [r for r in records if r.partition in self._memories]
@@ -306,6 +322,50 @@ class Relay:
         metrics.RELAY_UNPUBLISHABLE.inc(report.unpublishable)
         self.last_batch_at = time.monotonic()
         return report
+
+    def _idle(self, now: float) -> None:
+        """Nothing to read: fine, unless committed decisions wait past what was read.
+
+        After a broker freeze a librdkafka consumer can stay silent for good
+        (seen with 2.x: neither a re-assign nor a seek revives it). Idle while
+        an op partition's committed end lies beyond this relay's position, the
+        consumer is replaced; the group hands the partitions to the new one,
+        which resumes from the committed offsets. Until then the relay is not
+        counted alive.
+        """
+        if self._idle_since is None:
+            self._idle_since = now
+        if now - self._idle_since < self._settings.silence_seconds:
+            self.last_batch_at = now
+            return
+        self._idle_since = now
+        behind = self._undelivered()
+        if not behind:
+            self.last_batch_at = now
+            return
+        log.warning(
+            "relay idle while op partitions %s hold unread decisions: replacing its consumer",
+            behind,
+        )
+        old, self._consumer = self._consumer, self._new_consumer()
+        for partition in list(self._memories):
+            self._halves.forget(partition)
+        self._memories.clear()
+        self._positions.clear()
+        threading.Thread(target=_close_quietly, args=(old,), daemon=True).start()
+
+    def _undelivered(self) -> list[int]:
+        """Op partitions whose committed end is beyond this relay's position."""
+        if not self._positions:
+            return []
+        ends = end_offsets(
+            AdminClient(self._client_config),
+            self._topics.op,
+            list(self._positions),
+            IsolationLevel.READ_COMMITTED,
+            self._settings.timeout,
+        )
+        return sorted(p for p, end in ends.items() if end > self._positions.get(p, end))
 
     def _relay(self, records: list[RawRecord]) -> BatchReport:
         report = BatchReport(decisions=len(records))
@@ -334,6 +394,7 @@ class Relay:
         outgoing = self._restore_records(commits, report)
         offsets = []
         for partition, offset in next_offsets.items():
+            self._positions[partition] = offset
             memory = self._memories[partition]
             memory.shrink(offset)
             offsets.append(
@@ -417,10 +478,9 @@ class Relay:
             return None, str(exc)
         if record.partition is not None and record.partition >= facts.partitions:
             return None, f"partition {record.partition} of {record.topic!r} does not exist"
-        size = _record_size(record)
-        limit = min(facts.max_message_bytes, _CLIENT_MAX_MESSAGE_BYTES)
-        if size > limit:
-            return None, f"its real record is {size} bytes, over the {limit}-byte limit"
+        problem = self._limits.problem("real record", record)
+        if problem is not None:
+            return None, problem
         return record, ""
 
     def _scanner(self, partition: int) -> Callable[[int, int, int], bool]:
@@ -452,6 +512,14 @@ class Relay:
         return decided_before
 
 
+def _close_quietly(consumer: Consumer) -> None:
+    """Close a replaced consumer off the relay's thread: a wedged one may take its time."""
+    try:
+        consumer.close()
+    except (KafkaException, RuntimeError) as exc:
+        log.debug("closing a replaced relay consumer: %s", exc)
+
+
 def _usable(message: KafkaMessage) -> bool:
     error = message.error()
     if error is None:
@@ -467,11 +535,6 @@ def _decode(raw: RawRecord) -> Decision | None:
     except MalformedRecordError as exc:
         log.warning("ignoring a malformed op record: %s", exc)
         return None
-
-
-def _record_size(record: OutgoingRecord) -> int:
-    headers = sum(len(name) + len(value or b"") for name, value in record.headers)
-    return len(record.key or b"") + len(record.value or b"") + headers + _RECORD_OVERHEAD
 
 
 def _stand_in_half(topics: TopicNames, op: Decision) -> RawRecord:

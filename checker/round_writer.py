@@ -19,9 +19,19 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
-from checker.rules import RoundChunk
+from checker.rules import Discard, HalfEntry, RoundChunk
 from outbox.errors import KafkaUnavailableError
-from outbox.protocol import CheckRequest, DiscardRecord, HalfRecord, OutgoingRecord, TopicNames
+from outbox.protocol import (
+    CheckRequest,
+    DiscardReason,
+    DiscardRecord,
+    HalfRecord,
+    OutgoingRecord,
+    TopicNames,
+)
+from outbox.protocol.sizes import records_a_half_becomes
+from outbox.size_limits import CHECKER_MESSAGE_MAX_BYTES, SizeLimits
+from outbox.topic_catalog import TopicCatalog
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +68,7 @@ class RoundWriter:
         client_config: dict[str, Any],
         transactional_id: str,
         topics: TopicNames,
+        catalog: TopicCatalog,
         *,
         timeout: float = 30.0,
         transaction_timeout_ms: int = 60_000,
@@ -65,6 +76,7 @@ class RoundWriter:
         self._topics = topics
         self._timeout = timeout
         self._config = {
+            "message.max.bytes": CHECKER_MESSAGE_MAX_BYTES,
             **client_config,
             "transactional.id": transactional_id,
             "enable.idempotence": True,
@@ -72,6 +84,7 @@ class RoundWriter:
             "linger.ms": 5,
             "transaction.timeout.ms": transaction_timeout_ms,
         }
+        self._limits = SizeLimits(catalog, self._config)
         self._producer_lock = threading.RLock()
         """Held while the current producer is replaced or recovered, and to ask which it is."""
         self._producer = self._new_producer()
@@ -93,7 +106,9 @@ class RoundWriter:
             except KafkaException as exc:
                 error: KafkaError = exc.args[0]
                 if not error.retriable() or time.monotonic() > deadline:
-                    raise
+                    raise KafkaUnavailableError(
+                        f"cannot start the checker's transactional producer: {error.str()}"
+                    ) from None
                 log.info("the checker's producer is not ready yet, asking again: %s", error)
                 time.sleep(0.2)
 
@@ -105,10 +120,7 @@ class RoundWriter:
         one does not, and its ``init_transactions`` fences the old one.
         """
         with self._producer_lock:
-            try:
-                self._producer = self._new_producer()
-            except KafkaException as exc:
-                raise KafkaUnavailableError(f"cannot start the checker's producer: {exc}") from None
+            self._producer = self._new_producer()
 
     def close(self) -> None:
         self._producer.flush(self._timeout)
@@ -169,10 +181,11 @@ class RoundWriter:
         an empty list to fall back to asking the producers.
         """
         result = ChunkResult()
+        to_check, to_requeue, to_discard = self._screen(chunk)
         try:
             producer.begin_transaction()
             copies: list[tuple[HalfRecord, list[int]]] = []
-            for entry in chunk.to_check:
+            for entry in to_check:
                 assert entry.half is not None
                 copy = entry.half.put_back(entry.offset, entry.stored_ms)
                 offset: list[int] = []
@@ -181,15 +194,28 @@ class RoundWriter:
                     on_delivery=_remember_offset(offset),
                 )
                 copies.append((copy, offset))
-            for entry in chunk.to_requeue:
+            for entry in to_requeue:
                 assert entry.half is not None
                 moved = entry.half.requeued(entry.offset, entry.stored_ms)
                 producer.produce(**moved.to_record(self._topics, chunk.partition).produce_kwargs())
-            for discard in chunk.to_discard:
+            for discard in to_discard:
                 record = DiscardRecord.of_half(
                     discard.entry.raw, discard.reason, now_ms(), discard.detail
-                )
-                producer.produce(**record.to_record(self._topics).produce_kwargs())
+                ).to_record(self._topics)
+                problem = self._limits.problem("discard record", record)
+                if problem is not None:
+                    log.error(
+                        "half %d:%d (transaction %s) cannot be kept on %s either (%s);"
+                        " passing it, it stays on %s until retention",
+                        chunk.partition,
+                        discard.entry.offset,
+                        discard.entry.half.transaction_id if discard.entry.half else "?",
+                        self._topics.discard,
+                        problem,
+                        self._topics.half,
+                    )
+                    continue
+                producer.produce(**record.produce_kwargs())
                 result.discards[discard.reason.value] = (
                     result.discards.get(discard.reason.value, 0) + 1
                 )
@@ -214,7 +240,7 @@ class RoundWriter:
                     for record in records:
                         producer.produce(**record.produce_kwargs())
                     result.checks_sent += 0 if ended else 1
-            result.put_backs = len(copies) + len(chunk.to_requeue)
+            result.put_backs = len(copies) + len(to_requeue)
             checkpoint = TopicPartition(
                 self._topics.half,
                 chunk.partition,
@@ -232,6 +258,41 @@ class RoundWriter:
             ):
                 raise FencedError(str(error)) from None
             raise
+
+    def _screen(self, chunk: RoundChunk) -> tuple[list[HalfEntry], list[HalfEntry], list[Discard]]:
+        """The chunk's halves to check and to requeue, less those whose copies cannot be written.
+
+        A half whose put-back copy or check request is over a size limit (a
+        producer with other limits wrote it, or a topic's limit was lowered)
+        would fail every round and stop its partition; it is discarded instead.
+        """
+        to_check: list[HalfEntry] = []
+        to_requeue: list[HalfEntry] = []
+        to_discard = list(chunk.to_discard)
+        for entries, kept, requeued in (
+            (chunk.to_check, to_check, False),
+            (chunk.to_requeue, to_requeue, True),
+        ):
+            for entry in entries:
+                problem = self._oversize(entry, chunk.partition, requeued)
+                if problem is None:
+                    kept.append(entry)
+                else:
+                    log.error("half %d:%d is discarded: %s", chunk.partition, entry.offset, problem)
+                    to_discard.append(Discard(entry, DiscardReason.OVERSIZE, problem))
+        return to_check, to_requeue, to_discard
+
+    def _oversize(self, entry: HalfEntry, partition: int, requeued: bool) -> str | None:
+        assert entry.half is not None
+        if requeued:
+            moved = entry.half.requeued(entry.offset, entry.stored_ms)
+            return self._limits.problem("moved copy", moved.to_record(self._topics, partition))
+        for what, record in records_a_half_becomes(entry.half, self._topics, partition):
+            if what in ("put-back copy", "check request"):
+                problem = self._limits.problem(what, record)
+                if problem is not None:
+                    return problem
+        return None
 
     def _recover(self, producer: Producer, abandoned: threading.Event, error: KafkaError) -> None:
         """Make ``producer`` usable again after a failed chunk, if it is still the current one.

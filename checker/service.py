@@ -33,6 +33,7 @@ from checker.settings import CheckerSettings
 from outbox.admin import TopicSpec, ensure_topics
 from outbox.errors import KafkaUnavailableError, TopicAdminError
 from outbox.protocol import HalfRecord, OutgoingRecord
+from outbox.topic_catalog import TopicCatalog
 
 log = logging.getLogger(__name__)
 
@@ -95,8 +96,17 @@ class Checker:
         self._stopping = threading.Event()
         self.assigned = threading.Event()
         self.last_round_at: float | None = None
-        self.last_loop_at = time.monotonic()
+        self.progress_at = clock()
+        """When the loop last had no round due, or completed one (the checker's clock)."""
         client = settings.client_config()
+        self._admin = AdminClient(client)
+        try:
+            self._admin.list_topics(timeout=settings.start_timeout_seconds)
+        except KafkaException as exc:
+            raise KafkaUnavailableError(
+                f"cannot reach Kafka at {settings.bootstrap_servers} within"
+                f" {settings.start_timeout_seconds:g}s: {exc.args[0]}"
+            ) from None
         self._consumer = Consumer(
             {
                 **client,
@@ -108,7 +118,6 @@ class Checker:
                 "partition.assignment.strategy": "cooperative-sticky",
             }
         )
-        self._admin = AdminClient(client)
         self._check_topics_known: set[str] = set()
         self._halves = TopicCursor(client, self.topics.half)
         self._ops = TopicCursor(client, self.topics.op)
@@ -121,6 +130,7 @@ class Checker:
             client,
             f"{settings.group_id}.{instance}",
             self.topics,
+            TopicCatalog(self._admin, 30.0),
             transaction_timeout_ms=settings.kafka_transaction_timeout_ms,
         )
         self._consumer.subscribe(
@@ -149,10 +159,29 @@ class Checker:
         log.info("revoked half partitions %s", sorted(tp.partition for tp in partitions))
 
     def is_ready(self) -> bool:
-        """Joined the group, and every owned partition has had a round."""
-        return self.assigned.is_set() and (
-            self.last_round_at is not None or not self.owned_partitions()
+        """Joined the group, every owned partition has had a round, and rounds still complete."""
+        return (
+            self.assigned.is_set()
+            and (self.last_round_at is not None or not self.owned_partitions())
+            and self.is_healthy()
         )
+
+    def is_healthy(self) -> bool:
+        """Rounds complete when due, and the relay is not wedged.
+
+        A loop that is only backing off (Kafka keeps failing a round) is not
+        healthy, however busy: its halves wait. A round may take the
+        per-partition budget for each owned partition before it counts as late.
+        """
+        allowed = self.settings.health_stall_seconds + self.settings.max_process_seconds * max(
+            1, len(self.owned_partitions())
+        )
+        rounds_complete = self._clock() - self.progress_at < allowed
+        relay_alive = (
+            self.relay is None
+            or time.monotonic() - self.relay.last_batch_at < self.settings.health_stall_seconds
+        )
+        return rounds_complete and relay_alive
 
     def owned_partitions(self) -> list[int]:
         with self._assignment_lock:
@@ -161,7 +190,6 @@ class Checker:
     def poll_membership(self, timeout: float = 0.0) -> None:
         """Serve rebalances (and keep the group session alive)."""
         self._consumer.poll(timeout)
-        self.last_loop_at = time.monotonic()
 
     # ----------------------------------------------------------- rounds
 
@@ -184,6 +212,10 @@ class Checker:
             reraise=True,
         )
         self.start_relay()
+        metrics.measure_with(
+            self._now_ms,
+            lambda: None if self.last_round_at is None else int(self.last_round_at * 1000),
+        )
         try:
             while not self._stopping.is_set():
                 self.poll_membership(0.5)
@@ -195,6 +227,8 @@ class Checker:
                         retrying(self.run_round)
                     except (KafkaUnavailableError, KafkaException) as exc:
                         log.info("stopping during an outage: %s", exc)
+                        continue
+                self.progress_at = self._clock()
         finally:
             self.close()
 
@@ -209,13 +243,6 @@ class Checker:
         deadline = time.monotonic() + seconds
         while not self._stopping.is_set() and (remaining := deadline - time.monotonic()) > 0:
             self.poll_membership(min(0.5, remaining))
-
-    @property
-    def alive_at(self) -> float:
-        """When both the rounds' loop and the relay last made progress (the older of the two)."""
-        if self.relay is None:
-            return self.last_loop_at
-        return min(self.last_loop_at, self.relay.last_batch_at)
 
     def start_relay(self) -> Relay | None:
         """Start this replica's relay thread (unless ``relay`` is off); idempotent."""
@@ -278,6 +305,8 @@ class Checker:
             partition, half_checkpoint=checkpoint.half, op_checkpoint=checkpoint.op
         )
         half_end = self._end_offset(self.topics.half, partition)
+        if half_end is not None:  # before the reading, so a failing round still shows growth
+            metrics.CHECKPOINT_LAG.labels(str(partition)).set(max(0, half_end - checkpoint.half))
         chunks = iter_round(
             reader,
             partition=partition,
@@ -329,7 +358,7 @@ class Checker:
             report.skipped_ended += chunk.skipped_ended
             if chunk.stop_reason is not None:
                 report.stop_reason = chunk.stop_reason.value
-                metrics.record_pending(partition, chunk, self._now_ms())
+                metrics.record_pending(partition, chunk)
             self.poll_membership()
         report.half_checkpoint, report.op_checkpoint = checkpoint.half, checkpoint.op
         if half_end is not None:

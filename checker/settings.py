@@ -86,6 +86,16 @@ class CheckerSettings(KafkaSettings):
     relay_transaction_timeout_ms: int = Field(
         10_000, ge=1000, description="Kafka transaction.timeout.ms of the relay's producer"
     )
+    start_timeout_seconds: float = Field(
+        10.0, gt=0, description="how long to wait for the cluster to answer at start"
+    )
+    health_stall_seconds: float = Field(
+        120.0,
+        gt=0,
+        description="/healthz and /readyz answer 503 once no round has completed this long"
+        " after it was due (plus max_process_seconds per owned partition), or the relay has"
+        " been wedged as long",
+    )
     http_address: str = Field(
         "127.0.0.1:9464", description="host:port of /healthz, /readyz and /metrics ('' turns off)"
     )

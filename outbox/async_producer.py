@@ -35,6 +35,7 @@ from outbox.errors import ProducerNotStartedError
 from outbox.message import LocalTransactionState, Message, TransactionSendResult
 from outbox.producer import (
     Acknowledged,
+    FittingHalf,
     LocalTransaction,
     Step,
     TopicLookup,
@@ -163,10 +164,16 @@ class AsyncTransactionProducer:
     def _take(self, step: Step) -> Any:
         """What ``step`` gives the flow: at once, or an awaitable the loop waits on."""
         core = self._core
-        assert core._catalog is not None and core._writer is not None
+        assert core._catalog and core._limits and core._writer
         if isinstance(step, TopicLookup):
             known = core._catalog.known(step.topic)
             return known if known is not None else _in_thread(core._catalog.get, step.topic)
+        if isinstance(step, FittingHalf):
+            fitting = partial(
+                core._limits.fitting_half_record, step.half, core.topics, step.half_partition
+            )
+            used = core._limits.topics_used(step.half, core.topics)
+            return fitting() if all(map(core._catalog.known, used)) else _in_thread(fitting)
         if isinstance(step, Write):
             try:
                 return core._writer.submit_nowait(step.record, step.failure)

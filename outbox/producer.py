@@ -68,8 +68,9 @@ from outbox.protocol import (
     validate_producer_group,
 )
 from outbox.settings import ProducerSettings
+from outbox.size_limits import SizeLimits
 from outbox.topic_catalog import TopicCatalog, TopicFacts
-from outbox.validation import build_half, check_size
+from outbox.validation import build_half
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +96,17 @@ class TopicLookup:
     """Step: the facts of ``topic`` (cached after the first send to it)."""
 
     topic: str
+
+
+@dataclass(frozen=True, slots=True)
+class FittingHalf:
+    """Step: the half's record, refused if any record it becomes would not fit its topic.
+
+    Needs the limits of the topics the half's records go to (cached after the first).
+    """
+
+    half: HalfRecord
+    half_partition: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +139,7 @@ class LocalTransaction:
     arg: Any
 
 
-Step: TypeAlias = TopicLookup | Write | Acknowledged | LocalTransaction
+Step: TypeAlias = TopicLookup | FittingHalf | Write | Acknowledged | LocalTransaction
 _T = TypeVar("_T")
 Flow: TypeAlias = Generator[Step, Any, _T]
 """A send (or an end) as the steps it waits on, for a driver to carry out."""
@@ -230,8 +242,8 @@ class TransactionProducer:
         self._closed = False
         self._in_flight = 0
         self._half_partitions = 0
-        self._half_limit_bytes = 0
         self._catalog: TopicCatalog | None = None
+        self._limits: SizeLimits | None = None
         self._writer: AckedWriter | None = None
         self._responder: CheckResponder | None = None
 
@@ -249,6 +261,7 @@ class TransactionProducer:
         admin = AdminClient(client_config)
         self._inspect_topics(admin, timeout)
         self._catalog = TopicCatalog(admin, timeout)
+        self._limits = SizeLimits(self._catalog, client_config)
         try:
             self._writer = AckedWriter(client_config)
             self._responder = CheckResponder(
@@ -298,7 +311,6 @@ class TransactionProducer:
         self._half_partitions = states[half].partitions
         check = TopicSpec(self.topics.check(self.group), self._half_partitions, 1)
         ensure_topics(admin, [check], timeout=timeout)
-        self._half_limit_bytes = TopicCatalog(admin, timeout).get(half).max_message_bytes
 
     def shutdown(self, timeout: float = 30.0) -> None:
         """Refuse new sends, finish the ends under way, deliver queued oneway ops, close.
@@ -375,9 +387,11 @@ class TransactionProducer:
 
     def _take(self, step: Step) -> Any:
         """What ``step`` gives the flow, once this thread has waited for it."""
-        assert self._catalog is not None and self._writer is not None
+        assert self._catalog and self._limits and self._writer
         if isinstance(step, TopicLookup):
             return self._catalog.get(step.topic)
+        if isinstance(step, FittingHalf):
+            return self._limits.fitting_half_record(step.half, self.topics, step.half_partition)
         if isinstance(step, Write):
             return self._writer.submit(step.record, step.deadline, step.failure)
         if isinstance(step, Acknowledged):
@@ -408,9 +422,8 @@ class TransactionProducer:
                 f"message partition {half.real_partition} does not exist: topic "
                 f"{half.real_topic!r} has {real.partitions} partitions"
             )
-        check_size(half, min(real.max_message_bytes, self._half_limit_bytes))
         half_partition = half_partition_for(half.key, transaction_id, self._half_partitions)
-        record = half.to_record(self.topics, half_partition)
+        record: OutgoingRecord = yield FittingHalf(half, half_partition)
         _, half_offset = yield from self._write_acknowledged(record, HalfWriteError)
         metrics.HALVES_WRITTEN.labels(self.group).inc()
         log.debug("half written transaction_id=%s offset=%d", transaction_id, half_offset)

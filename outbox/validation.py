@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from outbox.errors import InvalidMessageError, MessageTooLargeError
+from outbox.errors import InvalidMessageError
 from outbox.message import HeadersInput, Message
 from outbox.protocol import (
     RESERVED_HEADER_PREFIX,
@@ -19,9 +19,6 @@ from outbox.protocol import (
     validate_transaction_id,
 )
 from outbox.protocol.headers import HeaderList
-
-# Room for the outbox's own headers and Kafka's record overhead.
-_RECORD_OVERHEAD_BYTES = 512
 
 
 def _as_bytes(value: object, what: str, *, allow_none: bool) -> bytes | None:
@@ -112,14 +109,3 @@ def build_half(
         real_partition=partition,
         immunity_seconds=immunity,
     )
-
-
-def check_size(half: HalfRecord, limit_bytes: int) -> None:
-    """Refuse a record the half topic (or its real topic) would reject as too large."""
-    size = len(half.key or b"") + len(half.value or b"") + _RECORD_OVERHEAD_BYTES
-    size += sum(len(name) + len(value or b"") for name, value in half.user_headers)
-    if size > limit_bytes:
-        raise MessageTooLargeError(
-            f"message is about {size} bytes with headers, over the {limit_bytes}-byte limit"
-            f" (max.message.bytes) of topic {half.real_topic!r} or the half topic"
-        )

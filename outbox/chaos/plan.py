@@ -27,11 +27,22 @@ class FaultKind(StrEnum):
     """Every checker replica at once: publication pauses, nothing may be lost."""
     KILL_ANSWERING_PRODUCER = "kill -9 answering producer"
     """A producer caught inside ``check_local_transaction``, before its answer is written."""
+    FREEZE_BROKER = "freeze broker"
+    """SIGSTOP, then SIGCONT: connections stay open and silent (a stalled VM, a long GC)."""
+    FREEZE_CHECKER = "freeze checker"
+    """A checker replica stopped mid-work: its group and its open transactions time out."""
 
     @property
     def verb(self) -> str:
-        """What is done to the target: ``kill -9`` or ``stop``."""
+        """What is done to the target: ``kill -9``, ``stop`` or ``freeze`` (SIGSTOP)."""
+        if self in (FaultKind.FREEZE_BROKER, FaultKind.FREEZE_CHECKER):
+            return "freeze"
         return "stop" if self is FaultKind.STOP_BROKER else "kill -9"
+
+    @property
+    def freezes(self) -> bool:
+        """The target is paused and resumed (SIGCONT), never restarted."""
+        return self in (FaultKind.FREEZE_BROKER, FaultKind.FREEZE_CHECKER)
 
     @property
     def has_target(self) -> bool:
@@ -40,6 +51,7 @@ class FaultKind(StrEnum):
             FaultKind.KILL_PRODUCER,
             FaultKind.KILL_CHECKER,
             FaultKind.KILL_ANSWERING_PRODUCER,
+            FaultKind.FREEZE_CHECKER,
         )
 
 
@@ -68,6 +80,8 @@ def fault_plan(
     broker_restarts: int,
     answering_producer_kills: int,
     checker_outages: int,
+    broker_freezes: int = 0,
+    checker_freezes: int = 0,
 ) -> list[Fault]:
     """The faults of one run, in firing order; the same arguments give the same plan.
 
@@ -105,5 +119,13 @@ def fault_plan(
     faults += [
         Fault(moment(), FaultKind.KILL_ALL_CHECKERS, 0, rng.uniform(10.0, 20.0))
         for _ in range(checker_outages)
+    ]
+    faults += [
+        Fault(moment(), FaultKind.FREEZE_BROKER, 0, rng.uniform(10.0, 20.0))
+        for _ in range(broker_freezes)
+    ]
+    faults += [
+        Fault(moment(), FaultKind.FREEZE_CHECKER, rng.randrange(checkers), rng.uniform(10.0, 20.0))
+        for _ in range(checker_freezes)
     ]
     return sorted(faults, key=lambda fault: fault.at_share)

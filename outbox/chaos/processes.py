@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -150,6 +151,18 @@ class CheckerProcess:
         if self.process is not None:
             self.process.kill()
             self.process.wait()
+
+    def freeze(self) -> None:
+        """SIGSTOP: the replica stops mid-work, its connections open and silent."""
+        if self.alive:
+            assert self.process is not None
+            self.process.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """SIGCONT (a replica killed meanwhile was restarted, and that one runs anyway)."""
+        if self.alive:
+            assert self.process is not None
+            self.process.send_signal(signal.SIGCONT)
 
     def stop(self, timeout: float) -> None:
         """SIGTERM: the replica finishes its round and exits."""

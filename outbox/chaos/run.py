@@ -77,6 +77,8 @@ class FaultEvent:
     processes: Sequence[ProducerProcess | CheckerProcess] = ()
     """The killed processes, started again when the down time is over."""
     broker: bool = False
+    frozen: bool = False
+    """Paused (SIGSTOP): resumed with SIGCONT when the down time is over, not restarted."""
     outcome: str | None = None
     """Set when the fault could not strike (nothing went down), e.g. ``no check seen``."""
     back_after: float | None = None
@@ -163,6 +165,10 @@ def _checker_env(bootstrap: str, database_url: str | None) -> dict[str, str]:
 
 
 def _fire(cluster: Cluster, fault: Fault, console: Console) -> None:
+    if fault.kind is FaultKind.FREEZE_BROKER:
+        cluster.kafka.freeze()
+        _record(cluster, fault, "broker", [], console, broker=True, frozen=True)
+        return
     if fault.kind in (FaultKind.STOP_BROKER, FaultKind.KILL_BROKER):
         if fault.kind is FaultKind.STOP_BROKER:
             cluster.kafka.stop()
@@ -181,7 +187,7 @@ def _fire(cluster: Cluster, fault: Fault, console: Console) -> None:
         return
     role, slots = (
         ("checker", cluster.checkers)
-        if fault.kind is FaultKind.KILL_CHECKER
+        if fault.kind in (FaultKind.KILL_CHECKER, FaultKind.FREEZE_CHECKER)
         else ("producer", cluster.producers)
     )
     target = _first_alive(slots, fault.target)
@@ -203,6 +209,10 @@ def _fire(cluster: Cluster, fault: Fault, console: Console) -> None:
             f"that answers a check (waiting up to {CHECK_WAIT_SECONDS:.0f}s)",
             highlight=False,
         )
+        return
+    if fault.kind is FaultKind.FREEZE_CHECKER:
+        cluster.checkers[target].freeze()
+        _record(cluster, fault, f"{role} {target}", [slots[target]], console, frozen=True)
         return
     slots[target].kill()
     _record(cluster, fault, f"{role} {target}", [slots[target]], console)
@@ -259,11 +269,12 @@ def _record(
     console: Console,
     *,
     broker: bool = False,
+    frozen: bool = False,
     detail: str = "",
 ) -> None:
     """Log a fault that struck; its targets come back after its down time."""
     restart_at = time.monotonic() + fault.down_seconds
-    event = FaultEvent(fault, cluster.elapsed(), name, restart_at, processes, broker)
+    event = FaultEvent(fault, cluster.elapsed(), name, restart_at, processes, broker, frozen)
     cluster.events.append(event)
     console.print(
         f"    [red]{event.at_seconds:6.1f}s[/] {fault.kind.verb} {name}{detail} at "
@@ -289,11 +300,17 @@ def _restart_due(cluster: Cluster, console: Console, *, all_now: bool = False) -
             continue
         if now < event.restart_at and not all_now:
             continue
-        if event.broker:
-            cluster.kafka.start()
-        for process in event.processes:
-            if not process.alive:
-                process.start()
+        if event.frozen:
+            if event.broker:
+                cluster.kafka.thaw()
+            for process in event.processes:
+                process.thaw()
+        else:
+            if event.broker:
+                cluster.kafka.start()
+            for process in event.processes:
+                if not process.alive:
+                    process.start()
         event.back_after = time.monotonic() - (event.restart_at - event.fault.down_seconds)
         console.print(
             f"    [green]{cluster.elapsed():6.1f}s[/] {event.target} back "
@@ -437,6 +454,8 @@ def run(console: Console, settings: ChaosSettings) -> int:
         broker_restarts=settings.broker_restarts,
         answering_producer_kills=settings.answering_producer_kills,
         checker_outages=settings.checker_outages,
+        broker_freezes=settings.broker_freezes,
+        checker_freezes=settings.checker_freezes,
     )
     _step(console, f"seed {settings.seed}: {len(faults)} faults planned")
     for fault in faults:

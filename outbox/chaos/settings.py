@@ -36,6 +36,12 @@ class ChaosSettings(BaseSettings):
         description="SIGKILLs of a producer caught answering a check-back"
         " (recorded as 'no check seen' if none arrives in time)",
     )
+    broker_freezes: int = Field(
+        1, ge=0, description="SIGSTOPs of the broker for 10-20 s, then SIGCONT (nothing restarts)"
+    )
+    checker_freezes: int = Field(
+        1, ge=0, description="SIGSTOPs of a checker replica for 10-20 s, then SIGCONT"
+    )
     rollback_share: float = Field(
         0.15, ge=0, le=1, description="orders a business rule refuses (local rollback)"
     )

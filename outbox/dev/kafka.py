@@ -17,11 +17,12 @@ import logging
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -383,6 +384,32 @@ class LocalKafka:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._proc.wait(timeout=1)
             self._proc = None
+
+    def freeze(self) -> None:
+        """SIGSTOP: a stalled machine, not a crash.
+
+        Clients keep their connections open and hear nothing, the case where a
+        client waiting on an answer (rather than on a refused connection) can wedge.
+        """
+        if not self.is_running():
+            raise KafkaRuntimeError("cannot freeze a broker that is not running")
+        assert self._proc is not None
+        self._proc.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """SIGCONT after :meth:`freeze` (a broker stopped or killed meanwhile: nothing to do)."""
+        if self.is_running():
+            assert self._proc is not None
+            self._proc.send_signal(signal.SIGCONT)
+
+    @contextlib.contextmanager
+    def frozen(self) -> Iterator[None]:
+        """Frozen for the block, then thawed."""
+        self.freeze()
+        try:
+            yield
+        finally:
+            self.thaw()
 
     def restart(self, grace_seconds: float = DEFAULT_STOP_GRACE) -> LocalKafka:
         """Stop cleanly and start again on the same ports with the same data."""

@@ -63,6 +63,8 @@ class DiscardReason(StrEnum):
     MALFORMED = "malformed"
     UNPUBLISHABLE = "unpublishable"
     """Committed, but its real record cannot be written (topic gone, too large): kept here."""
+    OVERSIZE = "oversize"
+    """Undecided, but its put-back copy or check request is over a size limit: never asked."""
 
 
 def new_transaction_id() -> str:

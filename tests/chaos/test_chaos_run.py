@@ -4,7 +4,8 @@
 same controller with fewer transactions and one fault of each kind, so that
 ``make test`` proves on every change that a producer (also one caught answering a
 check-back), a checker replica, every checker replica at once and the broker can
-die mid-transaction without losing or inventing an event.
+die mid-transaction, and the broker and a checker can freeze (SIGSTOP) for 10-20 s,
+without losing or inventing an event.
 """
 
 import re
@@ -57,7 +58,14 @@ def test_a_short_chaos_run_loses_nothing_and_shows_nothing_rolled_back(tmp_path,
     transactions, committed, _ = map(int, found.groups())
     assert transactions >= 800
     assert 0 < committed < transactions  # some orders were refused and rolled back
-    faults = ("kill -9 producer 0", "kill -9 checker", "kill -9 all checkers", "kill -9 broker")
+    faults = (
+        "kill -9 producer 0",
+        "kill -9 checker",
+        "kill -9 all checkers",
+        "kill -9 broker",
+        "freeze broker",
+        "freeze checker",
+    )
     for fault in faults:
         assert fault in output, f"the fault {fault!r} never fired"
     # The database answers the checks with --resolve-from-db: no producer is ever asked.
@@ -70,6 +78,6 @@ def test_a_short_chaos_run_loses_nothing_and_shows_nothing_rolled_back(tmp_path,
     else:
         assert not answered and "no check asked" in output
     comebacks = re.findall(r"(producer \d+|checker \d+|all checkers|broker) back \(", output)
-    assert len(comebacks) == 4 + len(answered), (
-        f"every killed process must have come back: {comebacks}"
+    assert len(comebacks) == 6 + len(answered), (
+        f"every killed or frozen process must have come back: {comebacks}"
     )

@@ -62,3 +62,16 @@ def test_adding_the_new_kinds_leaves_the_older_faults_of_a_seed_where_they_were(
     )
     plan = fault_plan(1, broker_restarts=1, **SIZES)
     assert [f for f in plan if f in older] == older
+
+
+def test_freezes_pause_the_broker_or_one_checker_for_10_to_20_seconds():
+    plan = fault_plan(13, broker_restarts=2, broker_freezes=2, checker_freezes=3, **SIZES)
+    broker = [f for f in plan if f.kind is FaultKind.FREEZE_BROKER]
+    checker = [f for f in plan if f.kind is FaultKind.FREEZE_CHECKER]
+    assert len(broker) == 2 and len(checker) == 3
+    assert all(10.0 <= f.down_seconds <= 20.0 for f in broker + checker)
+    assert all(0 <= f.target < 2 for f in checker)
+    assert all(f.kind.verb == "freeze" and f.kind.freezes for f in broker + checker)
+    assert checker[0].describe().startswith("freeze checker #")
+    without = fault_plan(13, broker_restarts=2, **SIZES)
+    assert without == [f for f in plan if not f.kind.freezes]

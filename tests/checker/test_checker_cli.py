@@ -51,6 +51,11 @@ def checker(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
             "OUTBOX_MAX_OPS_PER_ROUND",
         ),
         (
+            ("--bootstrap-servers", "127.0.0.1:1", "--start-timeout-seconds", "2"),
+            {},
+            "outbox: error: cannot reach Kafka at 127.0.0.1:1 within 2s",
+        ),
+        (
             ("--bootstrap-servers", "h:1", "--resolve-from-db", "foo://x"),
             {},
             "unsupported database URL scheme",

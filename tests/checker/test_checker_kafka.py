@@ -10,6 +10,7 @@ import time
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from checker.round_writer import decode_checkpoint
 from outbox import LocalTransactionState, Message, TransactionProducer
@@ -31,6 +32,7 @@ from tests.checker.support import (
     wait_for,
     write,
 )
+from tests.fixtures.kafka import set_topic_config
 from tests.producer.conftest import OutboxTopics, ScriptedListener
 
 pytestmark = pytest.mark.kafka
@@ -228,3 +230,46 @@ def test_an_open_kafka_transaction_on_the_op_partition_defers_the_check(outbox_t
         if not committed:
             opener.abort_transaction(30)
     assert check_requests(outbox_topics) == []
+
+
+def test_a_half_near_the_clients_size_limit_is_checked_and_does_not_block(outbox_topics):
+    """Its check request (more headers) is over librdkafka's default 1 000 000 bytes.
+
+    The checker's producers allow more, so the topics' limits apply: the half is
+    asked about like any other, and so is the half after it.
+    """
+    near = pending_half(outbox_topics, "near-the-limit", value=b"x" * 999_700)
+    after = pending_half(outbox_topics, "after-it")
+    names = outbox_topics.names
+    write(outbox_topics, near.to_record(names, 0), after.to_record(names, 0))
+    with running_checker(outbox_topics, SkewedClock(60)) as checker:
+        report = checker.run_round()
+    assert report.checks_sent == 2
+    assert {r.half.transaction_id for r in check_requests(outbox_topics)} == {
+        "near-the-limit",
+        "after-it",
+    }
+
+
+def test_a_half_whose_check_request_cannot_be_written_is_discarded_not_retried(outbox_topics):
+    """Over the check topic's own limit: every round would fail on it and stop the partition."""
+    ensure_check_topic(outbox_topics)
+    names = outbox_topics.names
+    limit = 20_000
+    set_topic_config(
+        AdminClient(outbox_topics.client_config),
+        names.check("orders"),
+        "max.message.bytes",
+        str(limit),
+    )
+    too_big = pending_half(outbox_topics, "too-big", value=b"x" * (limit - 100))
+    after = pending_half(outbox_topics, "after-it")
+    write(outbox_topics, too_big.to_record(names, 0), after.to_record(names, 0))
+    with running_checker(outbox_topics, SkewedClock(60)) as checker:
+        report = checker.run_round()
+    assert report.checks_sent == 1
+    assert [r.half.transaction_id for r in check_requests(outbox_topics)] == ["after-it"]
+    (discarded,) = discards(outbox_topics)
+    assert discarded.reason is DiscardReason.OVERSIZE
+    assert discarded.original_half().transaction_id == "too-big"
+    assert "check request" in (discarded.detail or "")

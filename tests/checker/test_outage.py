@@ -6,9 +6,11 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import pytest
 from confluent_kafka.admin import AdminClient
+from prometheus_client import REGISTRY
 
 from checker.service import Checker
 from checker.settings import CheckerSettings
@@ -20,8 +22,15 @@ from tests.producer.conftest import OutboxTopics
 pytestmark = pytest.mark.kafka
 
 
+@dataclass
+class _Running:
+    topics: OutboxTopics
+    checker: Checker
+    clock: SkewedClock
+
+
 @contextmanager
-def _running_checker(broker, prefix: str, **settings) -> Iterator[OutboxTopics]:
+def _running_checker(broker, prefix: str, **settings) -> Iterator[_Running]:
     """A checker on its own thread over fresh outbox topics, one half already pending."""
     names = TopicNames(prefix)
     topics = OutboxTopics(broker.bootstrap_servers, names, f"{prefix}-events")
@@ -30,6 +39,7 @@ def _running_checker(broker, prefix: str, **settings) -> Iterator[OutboxTopics]:
         admin, [*plan_topics(names, 3, 1, ("orders",)), TopicSpec(topics.real_topic, 1, 1)]
     )
     write(topics, pending_half(topics, "before").to_record(names, 0))
+    clock = SkewedClock(60)
     checker = Checker(
         CheckerSettings(
             bootstrap_servers=topics.bootstrap,
@@ -38,13 +48,13 @@ def _running_checker(broker, prefix: str, **settings) -> Iterator[OutboxTopics]:
             check_interval_seconds=0.5,
             **settings,
         ),
-        clock=SkewedClock(60),
+        clock=clock,
     )
     loop = threading.Thread(target=checker.run, daemon=True)
     loop.start()
     try:
         wait_for(lambda: len(check_requests(topics)) >= 1, 60, "the first check")
-        yield topics
+        yield _Running(topics, checker, clock)
         assert loop.is_alive()
     finally:
         checker.stop()
@@ -62,13 +72,13 @@ def _wait_for_check_of_half_written_now(topics: OutboxTopics) -> None:
 
 
 def test_checker_survives_a_broker_restart(own_kafka_broker):
-    with _running_checker(own_kafka_broker, "outage") as topics:
+    with _running_checker(own_kafka_broker, "outage") as running:
         own_kafka_broker.stop()
         time.sleep(3)  # the loop meets the outage and backs off
         own_kafka_broker.start()
-        _wait_for_check_of_half_written_now(topics)
+        _wait_for_check_of_half_written_now(running.topics)
     first_checks = [
-        r.half.transaction_id for r in check_requests(topics) if r.half.check_times == 1
+        r.half.transaction_id for r in check_requests(running.topics) if r.half.check_times == 1
     ]
     assert sorted(first_checks) == ["after", "before"]
 
@@ -80,8 +90,38 @@ def test_checker_rejoins_its_group_after_an_outage_longer_than_its_session(own_k
     polling the group while backing off lets the replica hear it and join again.
     """
     timeouts = {"session.timeout.ms": "6000", "heartbeat.interval.ms": "1000"}
-    with _running_checker(own_kafka_broker, "longoutage", kafka_properties=timeouts) as topics:
+    with _running_checker(own_kafka_broker, "longoutage", kafka_properties=timeouts) as running:
         own_kafka_broker.kill()
         time.sleep(12)  # twice the session: the group forgets this member
         own_kafka_broker.start()
-        _wait_for_check_of_half_written_now(topics)
+        _wait_for_check_of_half_written_now(running.topics)
+
+
+def test_checker_recovers_from_a_broker_frozen_longer_than_its_read_timeout(own_kafka_broker):
+    """SIGSTOP, not a crash: connections stay open and go silent, then the broker resumes.
+
+    A librdkafka consumer waiting on a frozen broker can stay wedged after it
+    resumes; the checker must notice and read with a fresh one, without a restart.
+    """
+    with _running_checker(own_kafka_broker, "freeze") as running:
+        with own_kafka_broker.frozen():
+            time.sleep(15)
+        _wait_for_check_of_half_written_now(running.topics)
+
+
+def test_health_turns_bad_while_rounds_fail(own_kafka_broker):
+    """Rounds that stop completing make /healthz and /readyz fail, and their age shows."""
+    stall = {"health_stall_seconds": 30.0, "max_process_seconds": 5.0}
+    with _running_checker(own_kafka_broker, "health", **stall) as running:
+        checker, clock = running.checker, running.clock
+        wait_for(checker.is_ready, 30, "the first complete round")
+        assert checker.is_healthy()
+        own_kafka_broker.stop()
+        time.sleep(2)  # the loop meets the outage
+        clock.skew += 100  # past 30 s + 5 s for each of the 3 partitions
+        assert not checker.is_healthy()
+        assert not checker.is_ready()
+        assert REGISTRY.get_sample_value("outbox_checker_seconds_since_last_round") >= 100
+        own_kafka_broker.start()
+        wait_for(checker.is_healthy, 120, "health after the broker came back")
+        assert checker.is_ready()

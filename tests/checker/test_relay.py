@@ -36,7 +36,11 @@ COMMIT, ROLLBACK = Resolution.COMMIT, Resolution.ROLLBACK
 
 @contextmanager
 def relay_of(
-    topics: OutboxTopics, *, group: str | None = None, memory: int = 1000
+    topics: OutboxTopics,
+    *,
+    group: str | None = None,
+    memory: int = 1000,
+    silence_seconds: float = 10.0,
 ) -> Iterator[Relay]:
     """A relay of the test's topics that owns every op partition (one member in its group)."""
     relay = Relay(
@@ -44,7 +48,7 @@ def relay_of(
         topics.names,
         group_id=group or f"{topics.names.prefix}.relay",
         transactional_id=f"{topics.names.prefix}.relay.{uuid.uuid4().hex[:8]}",
-        settings=RelaySettings(batch=100, memory=memory),
+        settings=RelaySettings(batch=100, memory=memory, silence_seconds=silence_seconds),
     )
     try:
         deadline = time.monotonic() + 60
@@ -250,3 +254,24 @@ def test_a_stuck_relay_transaction_is_abandoned_fenced_and_its_batch_published_o
     finally:
         release.set()
         relay.close()
+
+
+def test_a_relay_whose_consumer_went_silent_reads_on_with_a_fresh_one(outbox_topics: OutboxTopics):
+    """A wedged consumer (here: paused, as a frozen broker can leave librdkafka) hears nothing.
+
+    The relay sees committed decisions beyond what it read while idle, and
+    replaces the consumer; the commit is published once, without a restart.
+    """
+    t = outbox_topics
+    with relay_of(t, silence_seconds=1.0) as relay:
+        wedged = relay._consumer
+        wedged.pause(wedged.assignment())
+        half = pending_half(t, "after-the-wedge")
+        decide(t, half, write_half(t, half), COMMIT)
+        deadline = time.monotonic() + 60
+        while not published(t):
+            assert time.monotonic() < deadline, "the silent consumer was never replaced"
+            relay.pump(0.2)
+        drain(relay)
+        assert relay._consumer is not wedged
+    assert published(t) == Counter({half.transaction_id: 1})

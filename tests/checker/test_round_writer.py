@@ -15,12 +15,14 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import Consumer
+from confluent_kafka.admin import AdminClient
 
 from checker.round_writer import ChunkResult, RoundWriter
 from checker.rules import HalfEntry, RoundChunk
 from outbox.errors import KafkaUnavailableError
 from outbox.protocol import HalfRecord, OutgoingRecord, RawRecord
+from outbox.topic_catalog import TopicCatalog
 from tests.checker.support import check_requests, ensure_check_topic, pending_half
 from tests.producer.conftest import OutboxTopics
 
@@ -41,9 +43,13 @@ def new_writer(t: OutboxTopics) -> RoundWriter:
     while True:
         try:
             return RoundWriter(
-                t.client_config, f"{t.names.prefix}.w.{uuid.uuid4().hex[:6]}", t.names, timeout=1.0
+                t.client_config,
+                f"{t.names.prefix}.w.{uuid.uuid4().hex[:6]}",
+                t.names,
+                TopicCatalog(AdminClient(t.client_config), 10.0),
+                timeout=1.0,
             )
-        except KafkaException:
+        except KafkaUnavailableError:
             if time.monotonic() > deadline:
                 raise
             time.sleep(1)

@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, Self, TypeVar
 
 import pytest
@@ -195,6 +194,7 @@ class OnLoop:
             group, awaited(listener), config, check_executor, clock=clock
         )
         self.config = self.producer.config
+        self.group = self.producer.group
         self.loop = loop or EventLoopThread()
         self._own_loop = loop is None
 
@@ -220,12 +220,7 @@ class OnLoop:
     def __enter__(self) -> Self:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.shutdown()
 
 

@@ -27,25 +27,36 @@ from tests.producer.test_check_back import ops_of, put_back_and_ask, wait_for
 pytestmark = pytest.mark.kafka
 
 COMMIT = LocalTransactionState.COMMIT_MESSAGE
+UNKNOW = LocalTransactionState.UNKNOW
 CONCURRENT_SENDS = 64
 SENDS_EACH = 5
 PROBE_INTERVAL = 0.001
 
 
 class Commits:
-    """Commits every local transaction; notes the thread and loop of every call."""
+    """Answers ``arg`` (a state; an event: once set), else commits; checks answer COMMIT.
 
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, threading.Thread, asyncio.AbstractEventLoop]] = []
+    Notes the thread and loop of every check, and whether one was cancelled.
+    """
+
+    def __init__(self, check_hangs: bool = False) -> None:
+        self.checks: list[tuple[threading.Thread, asyncio.AbstractEventLoop]] = []
+        self.check_hangs = check_hangs
+        self.check_cancelled = threading.Event()
 
     async def execute_local_transaction(self, message: Message, arg: object) -> object:
-        self.calls.append(("execute", threading.current_thread(), asyncio.get_running_loop()))
         if isinstance(arg, asyncio.Event):
             await arg.wait()
-        return COMMIT
+        return arg if isinstance(arg, LocalTransactionState) else COMMIT
 
     async def check_local_transaction(self, message: Message) -> object:
-        self.calls.append(("check", threading.current_thread(), asyncio.get_running_loop()))
+        self.checks.append((threading.current_thread(), asyncio.get_running_loop()))
+        try:
+            if self.check_hangs:
+                await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.check_cancelled.set()
+            raise
         return COMMIT
 
 
@@ -102,29 +113,39 @@ def test_checks_are_answered_on_the_application_loop(outbox_topics: OutboxTopics
     listener = Commits()
 
     async def main() -> tuple[asyncio.AbstractEventLoop, TransactionSendResult]:
-        async with AsyncTransactionProducer(
-            "orders", listener, outbox_topics.settings()
-        ) as producer:
-            left = asyncio.Event()
-
-            async def leave_unknown(message: Message, arg: object) -> object:
-                left.set()
-                return LocalTransactionState.UNKNOW
-
-            listener.execute_local_transaction = leave_unknown  # type: ignore[method-assign]
-            sent = await producer.send_message_in_transaction(
-                Message(outbox_topics.real_topic, b"v")
-            )
+        settings = outbox_topics.settings()
+        async with AsyncTransactionProducer("orders", listener, settings) as producer:
+            message = Message(outbox_topics.real_topic, b"v")
+            sent = await producer.send_message_in_transaction(message, UNKNOW)
             await asyncio.to_thread(put_back_and_ask, outbox_topics)
             await asyncio.to_thread(wait_for, lambda: len(ops_of(outbox_topics)) == 1)
             return asyncio.get_running_loop(), sent
 
     loop, sent = asyncio.run(main())
-    ((kind, thread, call_loop),) = listener.calls
-    assert (kind, call_loop) == ("check", loop)
+    ((thread, call_loop),) = listener.checks
+    assert call_loop is loop
     assert thread is threading.main_thread()  # the loop's thread, not a check worker
     (op,) = ops_of(outbox_topics)
     assert (op.transaction_id, op.resolution) == (sent.transaction_id, Resolution.COMMIT)
+
+
+def test_a_check_outliving_its_request_is_cancelled_and_answers_nothing(
+    outbox_topics: OutboxTopics,
+) -> None:
+    """Past the request's time to live the checker asks again: the answer is given up."""
+    listener = Commits(check_hangs=True)
+
+    async def main() -> None:
+        settings = outbox_topics.settings(check_request_ttl_seconds=2)
+        async with AsyncTransactionProducer("orders", listener, settings) as producer:
+            message = Message(outbox_topics.real_topic, b"v")
+            await producer.send_message_in_transaction(message, UNKNOW)
+            await asyncio.to_thread(put_back_and_ask, outbox_topics)
+            assert await asyncio.to_thread(listener.check_cancelled.wait, 30)
+
+    asyncio.run(main())
+    assert len(listener.checks) == 1
+    assert ops_of(outbox_topics) == []
 
 
 def test_cancelled_send_is_left_to_the_check_back_like_a_crash(

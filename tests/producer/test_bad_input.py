@@ -23,7 +23,9 @@ from outbox import (
 )
 from outbox.admin import TopicSpec, ensure_topics
 from outbox.errors import ConfigurationError, TopicAdminError, TopicMismatchError
-from outbox.protocol import InvalidNameError, TopicNames
+from outbox.protocol import HalfRecord, InvalidNameError, TopicNames, new_transaction_id
+from outbox.protocol.sizes import record_size
+from tests.fixtures.kafka import set_topic_config
 from tests.producer.conftest import Awaited, OutboxTopics, ScriptedListener
 
 COMMIT = LocalTransactionState.COMMIT_MESSAGE
@@ -165,10 +167,47 @@ def test_message_over_the_topic_limit_is_refused(
 ):
     small = f"{outbox_topics.names.prefix}-small"
     ensure_topics(kafka_admin, [TopicSpec(small, 1, 1, {"max.message.bytes": "2000"})])
-    with pytest.raises(MessageTooLargeError, match="over the 2000-byte limit"):
+    over_the_topic = rf"max\.message\.bytes of 2000 of topic '{small}'"
+    with pytest.raises(MessageTooLargeError, match=over_the_topic):
         producer.send_message_in_transaction(Message(small, b"x" * 5000), COMMIT)
     assert listener.executed == []
     assert outbox_topics.read(outbox_topics.names.half, "read_uncommitted") == []
+
+
+@pytest.mark.kafka
+def test_a_message_over_the_clients_own_limit_names_that_limit(
+    producer: TransactionProducer, outbox_topics: OutboxTopics, kafka_admin, listener
+):
+    """Under every topic's limit but over librdkafka's message.max.bytes (1 000 000)."""
+    roomy = f"{outbox_topics.names.prefix}-roomy"
+    ensure_topics(kafka_admin, [TopicSpec(roomy, 1, 1, {"max.message.bytes": "2000000"})])
+    with pytest.raises(MessageTooLargeError, match=r"client's message\.max\.bytes of 1000000"):
+        producer.send_message_in_transaction(Message(roomy, b"x" * 1_000_100), COMMIT)
+    assert listener.executed == []
+    assert outbox_topics.read(outbox_topics.names.half, "read_uncommitted") == []
+
+
+@pytest.mark.kafka
+def test_a_message_whose_check_request_would_not_fit_is_refused(
+    producer: TransactionProducer, outbox_topics: OutboxTopics, kafka_admin, listener
+):
+    """The half fits its topic, but its check request (more headers) would not fit the check
+    topic: accepted, it would be stuck the first time it needs a check."""
+    names = outbox_topics.names
+    limit = 50_000
+    set_topic_config(kafka_admin, names.check(producer.group), "max.message.bytes", str(limit))
+    half = HalfRecord(
+        transaction_id=new_transaction_id(),
+        producer_group=producer.group,
+        real_topic=outbox_topics.real_topic,
+        key=None,
+        value=b"",
+        born_ms=0,
+    )
+    room = limit - record_size(half.to_record(names, 0)) - 20
+    with pytest.raises(MessageTooLargeError, match="its check request would be about"):
+        producer.send_message_in_transaction(Message(outbox_topics.real_topic, b"x" * room), COMMIT)
+    assert listener.executed == []
 
 
 def test_listener_of_the_other_kind_is_refused():

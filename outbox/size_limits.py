@@ -1,0 +1,91 @@
+"""The size limits a record meets on its way out: its topic's and the client's own.
+
+The broker refuses a batch over the topic's ``max.message.bytes``; librdkafka
+refuses, before sending, a record over its ``message.max.bytes`` (1 000 000 by
+default, below the broker's 1 048 588) and reports it as the broker's
+``MSG_SIZE_TOO_LARGE``. Checking both up front lets an error name the limit
+that applies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from outbox.errors import InvalidMessageError, MessageTooLargeError
+from outbox.protocol import HalfRecord, OutgoingRecord, TopicNames
+from outbox.protocol.sizes import record_size, records_a_half_becomes
+from outbox.topic_catalog import TopicCatalog
+
+LIBRDKAFKA_MESSAGE_MAX_BYTES = 1_000_000
+"""librdkafka's default ``message.max.bytes``."""
+CHECKER_MESSAGE_MAX_BYTES = 100 * 1024 * 1024
+"""The checker's producers' ``message.max.bytes``: above any sane topic limit, so the topics'
+limits are the ones that apply to the copies, check requests and real records they write."""
+_GROWTH_BYTES = 4096
+"""More than any derived record adds to its half (headers, a discard's detail)."""
+
+
+def client_message_max_bytes(client_config: Mapping[str, Any]) -> int:
+    """The ``message.max.bytes`` a librdkafka client built from ``client_config`` enforces."""
+    return int(client_config.get("message.max.bytes", LIBRDKAFKA_MESSAGE_MAX_BYTES))
+
+
+class SizeLimits:
+    """Whether a record fits where it is going, and if not, which limit it breaks."""
+
+    def __init__(self, catalog: TopicCatalog, client_config: Mapping[str, Any]) -> None:
+        self._catalog = catalog
+        self.client_bytes = client_message_max_bytes(client_config)
+
+    def topic_bytes(self, topic: str) -> int | None:
+        """The topic's ``max.message.bytes``; None for a topic that does not exist (yet)."""
+        try:
+            return self._catalog.get(topic).max_message_bytes
+        except InvalidMessageError:
+            return None
+
+    def problem(
+        self, what: str, record: OutgoingRecord, *, by_this_client: bool = True
+    ) -> str | None:
+        """Why ``record`` (described as ``what``) cannot be written; None when it can.
+
+        ``by_this_client=False`` for a record another client will write: the
+        checker's producers, whose own limit is above any topic's.
+        """
+        size = record_size(record)
+        if by_this_client and size > self.client_bytes:
+            return (
+                f"its {what} would be about {size} bytes, over the client's message.max.bytes"
+                f" of {self.client_bytes} (a Kafka client property)"
+            )
+        topic_limit = self.topic_bytes(record.topic)
+        if topic_limit is not None and size > topic_limit:
+            return (
+                f"its {what} would be about {size} bytes, over the max.message.bytes of"
+                f" {topic_limit} of topic {record.topic!r}"
+            )
+        return None
+
+    @staticmethod
+    def topics_used(half: HalfRecord, topics: TopicNames) -> tuple[str, ...]:
+        """The topics whose limits :meth:`fitting_half_record` looks up for ``half``."""
+        return (topics.half, half.real_topic, topics.check(half.producer_group), topics.discard)
+
+    def fitting_half_record(
+        self, half: HalfRecord, topics: TopicNames, half_partition: int
+    ) -> OutgoingRecord:
+        """The half's record; refused, naming why, if any record it becomes would not fit."""
+        half_record = half.to_record(topics, half_partition)
+        topics_used = self.topics_used(half, topics)
+        limits = [self.client_bytes, *filter(None, map(self.topic_bytes, topics_used))]
+        if record_size(half_record) + _GROWTH_BYTES <= min(limits):
+            return half_record  # the usual case: far from every limit
+        problems = (
+            self.problem(what, record, by_this_client=what == "half record")
+            for what, record in records_a_half_becomes(half, topics, half_partition)
+        )
+        problem = next(filter(None, problems), None)
+        if problem is not None:
+            raise MessageTooLargeError(f"message is too large: {problem}")
+        return half_record

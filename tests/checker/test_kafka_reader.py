@@ -1,0 +1,67 @@
+"""The rounds' partition cursor against a real broker."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import TopicPartition
+
+from checker.kafka_reader import TopicCursor
+from outbox.protocol import OutgoingRecord
+from tests.checker.support import write
+from tests.producer.conftest import OutboxTopics
+
+pytestmark = pytest.mark.kafka
+
+
+def test_a_cursor_whose_consumer_went_silent_reads_on_with_a_fresh_one(
+    outbox_topics: OutboxTopics,
+):
+    """Records wait on the partition but the consumer hears nothing: it is wedged, not at end.
+
+    A frozen broker can leave a librdkafka consumer so (paused here, which is
+    the same silence); a retry at the same offset used to reuse it for ever.
+    """
+    t = outbox_topics
+    topic = t.names.op
+    write(t, *(OutgoingRecord(topic, None, b"%d" % i, partition=0) for i in range(3)))
+    cursor = TopicCursor(t.client_config, topic, timeout=6.0)
+    try:
+        assert [r.value for r in cursor.read(0, 0, 1)] == [b"0"]
+        cursor._consumer.pause([TopicPartition(topic, 0)])
+        assert [r.value for r in cursor.read(0, 1, 10)] == [b"1", b"2"]
+        assert cursor.replacements == 1
+    finally:
+        cursor.close()
+
+
+def test_a_cursor_at_the_end_of_its_partition_is_not_replaced(outbox_topics: OutboxTopics):
+    t = outbox_topics
+    topic = t.names.op
+    write(t, OutgoingRecord(topic, None, b"only", partition=0))
+    cursor = TopicCursor(t.client_config, topic, timeout=6.0, end_check_seconds=0.0)
+    try:
+        assert [r.value for r in cursor.read(0, 0, 10)] == [b"only"]
+        assert cursor.read(0, 1, 10) == []
+        assert cursor.replacements == 0
+    finally:
+        cursor.close()
+
+
+def test_a_cursor_wedged_at_the_end_of_its_partition_sees_what_came_after(
+    outbox_topics: OutboxTopics,
+):
+    """At the end, a wedged consumer would answer "nothing new" for ever; the broker says
+    otherwise, and a fresh consumer reads on."""
+    t = outbox_topics
+    topic = t.names.op
+    write(t, OutgoingRecord(topic, None, b"first", partition=0))
+    cursor = TopicCursor(t.client_config, topic, timeout=6.0, end_check_seconds=0.0)
+    try:
+        assert [r.value for r in cursor.read(0, 0, 10)] == [b"first"]
+        assert cursor.read(0, 1, 10) == []
+        cursor._consumer.pause([TopicPartition(topic, 0)])
+        write(t, OutgoingRecord(topic, None, b"later", partition=0))
+        assert [r.value for r in cursor.read(0, 1, 10)] == [b"later"]
+        assert cursor.replacements == 1
+    finally:
+        cursor.close()
