@@ -149,7 +149,7 @@ def _run_against(console: Console, options: Options, bootstrap: str, broker_pid:
     results = Results()
     rss = options.checker is not None and not options.checker.skip_rss
     stages: list[tuple[str, str, Any, Callable[..., Any]]] = [
-        ("producer", "plain vs outbox sync sends", options.producer, producer.measure),
+        ("producer", "plain vs outbox sends, threads, tasks", options.producer, producer.measure),
         (
             "checker",
             "scan rate, answers/s" + (" and peak RSS" if rss else ""),

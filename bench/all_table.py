@@ -105,6 +105,15 @@ def _producer_rows(report: producer.Report | None, options: producer.Options | N
             "2 acknowledged writes a send (half, decision): 1/2 is the limit",
         ),
         (
+            "async msg/s (ratio to plain)",
+            " / ".join(
+                f"{_num(cell.msgs_per_s if cell else None)} ({_num(ratio, '.3f')})"
+                for cell, ratio in map(report.async_at, senders)
+            ),
+            f"-> {limit:.3f}",
+            "AsyncTransactionProducer: as many tasks on one event loop",
+        ),
+        (
             "outbox end p50 ms",
             _per_senders(report, senders, "outbox", "end_p50_ms", ",.1f"),
             "",

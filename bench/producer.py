@@ -10,7 +10,11 @@ service thread handling a request experiences:
   :mod:`outbox.acked_writer` (``linger.ms=1``), so the comparison measures the
   outbox's extra work and not a different client setup;
 * **outbox**: one shared :class:`~outbox.producer.TransactionProducer` whose
-  local transaction commits at once.
+  local transaction commits at once;
+* **async**: one :class:`~outbox.async_producer.AsyncTransactionProducer` on an
+  event loop, N tasks sending at once (the same no-op local transaction, as a
+  coroutine). Each sender thread hands its send to the loop and waits for it,
+  so the runner is the same; the loop runs N sends concurrently, as a service's does.
 
 A transactional send writes two records and waits for each (the half, then
 the decision op; the checker's relay publishes the real record later), so an
@@ -33,15 +37,17 @@ numbers, and the run says so when it was high.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import os
 import platform
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import confluent_kafka
 from confluent_kafka.admin import AdminClient
@@ -62,9 +68,10 @@ from bench.producer_table import cell_line, results_table
 from bench.relay import drain_relay
 from outbox.acked_writer import AckedWriter
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
+from outbox.async_producer import AsyncTransactionProducer
 from outbox.config import kafka_client_config
 from outbox.errors import HalfWriteError
-from outbox.message import EndStatus, LocalTransactionState, Message
+from outbox.message import EndStatus, LocalTransactionState, Message, TransactionSendResult
 from outbox.producer import TransactionProducer
 from outbox.protocol import OutgoingRecord, TopicNames
 from outbox.reading import read_topic
@@ -79,6 +86,8 @@ REAL_TOPIC = "bench.events"
 PLAIN_TOPIC = "bench.plain"
 RESULTS_PATH = Path(__file__).resolve().parent / "results" / "producer.json"
 SEND_TIMEOUT_SECONDS = 30.0
+MODES = ("plain", "outbox", "async")
+_T = TypeVar("_T")
 
 SendFn = Callable[[int, int], float | None]
 """Send message ``seq`` of sender ``index``; return when its local transaction answered."""
@@ -138,17 +147,23 @@ class OutboxSender:
 
     def __init__(self, settings: ProducerSettings, value: bytes, senders: int) -> None:
         self.value = value
-        self.listener = CommitAtOnce()
-        self.producer = TransactionProducer(GROUP, self.listener, settings).start()
+        self.start(settings)
         # One counter per sender thread: no lock on the hot path.
         self.committed = [0] * senders
         self.not_committed: dict[str, int] = {}
         self._lock = threading.Lock()
 
+    def start(self, settings: ProducerSettings) -> None:
+        self.listener = CommitAtOnce()
+        self.producer = TransactionProducer(GROUP, self.listener, settings).start()
+
+    def send_one(self, message: Message) -> tuple[TransactionSendResult, float]:
+        """The result, and when the local transaction answered."""
+        return self.producer.send_message_in_transaction(message), self.listener.answered_at()
+
     def send(self, index: int, seq: int) -> float | None:
         message = Message(topic=REAL_TOPIC, value=self.value, key=f"{index}:{seq}".encode())
-        result = self.producer.send_message_in_transaction(message)
-        answered = self.listener.answered_at()
+        result, answered = self.send_one(message)
         if result.end_status is EndStatus.COMMITTED:
             self.committed[index] += 1
         else:
@@ -159,6 +174,47 @@ class OutboxSender:
 
     def close(self) -> None:
         self.producer.shutdown()
+
+
+_answered: ContextVar[float] = ContextVar("bench_answered")
+
+
+class AwaitedCommitAtOnce:
+    """:class:`CommitAtOnce` as coroutines; the time is kept per task (all share one thread)."""
+
+    async def execute_local_transaction(self, message: Message, arg: Any) -> LocalTransactionState:
+        _answered.set(time.perf_counter())
+        return LocalTransactionState.COMMIT_MESSAGE
+
+    async def check_local_transaction(self, message: Message) -> LocalTransactionState:
+        return LocalTransactionState.COMMIT_MESSAGE
+
+
+class AsyncOutboxSender(OutboxSender):
+    """Transactional sends through one :class:`AsyncTransactionProducer`, on its own loop."""
+
+    def start(self, settings: ProducerSettings) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="bench-loop")
+        self._thread.start()
+        self.producer = AsyncTransactionProducer(GROUP, AwaitedCommitAtOnce(), settings)
+        self._on_loop(self.producer.start())
+
+    def _on_loop(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+
+    async def _send(self, message: Message) -> tuple[TransactionSendResult, float]:
+        result = await self.producer.send_message_in_transaction(message)
+        return result, _answered.get()
+
+    def send_one(self, message: Message) -> tuple[TransactionSendResult, float]:
+        return self._on_loop(self._send(message))
+
+    def close(self) -> None:
+        self._on_loop(self.producer.shutdown())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join()
+        self.loop.close()
 
 
 # --------------------------------------------------------------------------- running a cell
@@ -355,6 +411,11 @@ class Report:
         plain, outbox = _pair_of(self.results, senders)
         return plain, outbox, _ratio(plain, outbox)
 
+    def async_at(self, senders: int) -> tuple[CellResult | None, float | None]:
+        """The async cell at ``senders`` concurrent tasks, and its ratio to plain sends."""
+        awaited = _cell(self.results, "async", senders)
+        return awaited, _ratio(_cell(self.results, "plain", senders), awaited)
+
 
 def _run_cells(
     console: Console, options: Options, bootstrap: str, broker_pid: int | None
@@ -379,7 +440,8 @@ def _run_cells(
             if mode == "plain":
                 result = _plain_cell(options, bootstrap, broker_pid, value, senders)
             else:
-                result = _outbox_cell(options, settings, broker_pid, value, senders)
+                sender = AsyncOutboxSender if mode == "async" else OutboxSender
+                result = _outbox_cell(options, settings, broker_pid, value, senders, sender)
                 ok = result.committed == result.attempts and not result.errors
                 all_committed &= ok
                 verdict = "[green]ok[/]" if ok else "[red]MISMATCH[/]"
@@ -413,13 +475,15 @@ def _outbox_cell(
     broker_pid: int | None,
     value: bytes,
     senders: int,
+    sender: type[OutboxSender],
 ) -> CellResult:
-    outbox = OutboxSender(settings, value, senders)
+    outbox = sender(settings, value, senders)
     try:
         run = run_cell(outbox.send, senders, options.warmup, options.seconds, broker_pid)
     finally:
         outbox.close()
-    result = summarise("outbox", senders, run, options.seconds)
+    mode = "async" if isinstance(outbox, AsyncOutboxSender) else "outbox"
+    result = summarise(mode, senders, run, options.seconds)
     result.committed = sum(outbox.committed)
     result.not_committed = dict(outbox.not_committed)
     return result
@@ -443,7 +507,8 @@ def _run_against(console: Console, options: Options, bootstrap: str, broker_pid:
         f"bench-producer: ratio_at_{summary['senders']}={figure(summary['ratio'], '.3f')} "
         f"outbox_msgs_per_s_at_{summary['senders']}={figure(summary['outbox_msgs_per_s'], '.0f')} "
         f"plain_msgs_per_s_at_{summary['senders']}={figure(summary['plain_msgs_per_s'], '.0f')} "
-        f"end_p99_ms={figure(summary['end_p99_ms'], '.1f')}",
+        f"end_p99_ms={figure(summary['end_p99_ms'], '.1f')} "
+        f"async_ratio_at_{summary['senders']}={figure(summary['async_ratio'], '.3f')}",
     )
     return 0 if report.ok else 1
 
@@ -479,8 +544,8 @@ def measure(console: Console, options: Options, bootstrap: str, broker_pid: int 
 
     read_ok: bool | None = None
     verification: dict[str, Any] = {"committed_results_match_sends": all_committed}
-    if options.verify_read and "outbox" in options.modes:
-        expected = sum(r.committed or 0 for r in results if r.mode == "outbox")
+    if options.verify_read and set(options.modes) - {"plain"}:
+        expected = sum(r.committed or 0 for r in results if r.mode != "plain")
         console.print(f"[bold cyan]==>[/] reading {REAL_TOPIC} back", highlight=False)
         found = _count_committed_reals(bootstrap) - before
         if found < expected:
@@ -510,12 +575,13 @@ def measure(console: Console, options: Options, bootstrap: str, broker_pid: int 
     return Report(results, summary, document, ok=not failed, other_cpu_pct=busiest)
 
 
+def _cell(results: list[CellResult], mode: str, senders: int) -> CellResult | None:
+    return next((r for r in results if r.mode == mode and r.senders == senders), None)
+
+
 def _pair_of(results: list[CellResult], senders: int) -> tuple[CellResult | None, ...]:
     """The (plain, outbox) cells measured with ``senders`` senders, if they ran."""
-    return tuple(
-        next((r for r in results if r.mode == mode and r.senders == senders), None)
-        for mode in ("plain", "outbox")
-    )
+    return _cell(results, "plain", senders), _cell(results, "outbox", senders)
 
 
 def _ratio(plain: CellResult | None, outbox: CellResult | None) -> float | None:
@@ -530,9 +596,12 @@ def _summary(results: list[CellResult], options: Options) -> dict[str, Any]:
     """The headline numbers: at 64 senders, or the most senders measured."""
     senders = 64 if 64 in options.senders else max(options.senders)
     plain, outbox = _pair_of(results, senders)
+    awaited = _cell(results, "async", senders)
     return {
         "senders": senders,
         "ratio": _rounded(_ratio(plain, outbox)),
+        "async_ratio": _rounded(_ratio(plain, awaited)),
+        "async_msgs_per_s": awaited.msgs_per_s if awaited else None,
         "outbox_msgs_per_s": outbox.msgs_per_s if outbox else None,
         "plain_msgs_per_s": plain.msgs_per_s if plain else None,
         "end_p99_ms": outbox.end_p99_ms if outbox else None,
@@ -572,6 +641,10 @@ def _document(
         },
         "cells": [asdict(r) for r in results],
         "ratios": {str(n): _rounded(_ratio(*_pair_of(results, n))) for n in options.senders},
+        "async_ratios": {
+            str(n): _rounded(_ratio(_cell(results, "plain", n), _cell(results, "async", n)))
+            for n in options.senders
+        },
         "verification": verification,
         "summary": summary,
     }
@@ -591,22 +664,23 @@ def _positive_ints(text: str) -> list[int]:
 
 def _modes(text: str) -> list[str]:
     modes = [part.strip() for part in text.split(",") if part.strip()]
-    if not modes or any(m not in ("plain", "outbox") for m in modes):
-        raise argparse.ArgumentTypeError(f"modes are plain and/or outbox, got {text!r}")
+    if not modes or any(m not in MODES for m in modes):
+        raise argparse.ArgumentTypeError(f"modes are some of {', '.join(MODES)}, got {text!r}")
     return modes
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Options:
     parser = argparse.ArgumentParser(
         prog="python -m bench.producer",
-        description="Sync send throughput: plain confluent-kafka vs the transactional outbox.",
+        description="Send throughput: plain confluent-kafka vs the transactional outbox "
+        "(threads, and asyncio tasks).",
     )
     parser.add_argument("--senders", type=_positive_ints, default=[1, 16, 64])
     parser.add_argument("--seconds", type=float, default=10.0, help="measuring window per cell")
     parser.add_argument("--warmup", type=float, default=2.0, help="uncounted seconds per cell")
     parser.add_argument("--value-bytes", type=int, default=1024)
     parser.add_argument("--partitions", type=int, default=8)
-    parser.add_argument("--modes", type=_modes, default=["plain", "outbox"])
+    parser.add_argument("--modes", type=_modes, default=list(MODES))
     parser.add_argument(
         "--bootstrap-servers",
         help="use this broker instead of starting a local one (topics are created if missing)",

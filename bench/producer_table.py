@@ -27,7 +27,7 @@ def cell_line(result: CellResult) -> str:
         f"    {result.mode:<6} senders={result.senders:<3} {result.msgs_per_s:>8,.0f} msg/s"
         f"  send {_short(result.send_p50_ms, result.send_p99_ms)}"
     )
-    if result.mode == "outbox":
+    if result.mode != "plain":
         line += (
             f"  half {_short(result.half_p50_ms, result.half_p99_ms)}"
             f"  end {_short(result.end_p50_ms, result.end_p99_ms)}"
@@ -51,7 +51,8 @@ def results_table(results: list[CellResult], options: Options) -> Table:
     by_cell = {(r.mode, r.senders): r for r in results}
     table = Table(
         title=(
-            f"sync sends: plain vs transactional outbox ({options.value_bytes} B values, "
+            f"sends: plain vs transactional outbox, threads and asyncio tasks "
+            f"({options.value_bytes} B values, "
             f"{options.partitions} partitions, one local broker, {options.seconds:g}s per cell)"
         )
     )
@@ -60,6 +61,8 @@ def results_table(results: list[CellResult], options: Options) -> Table:
         "plain msg/s",
         "outbox msg/s",
         "ratio outbox/plain",
+        "async msg/s",
+        "ratio async/plain",
         "outbox end p50 ms",
         "end p99 ms",
         "plain send p50/p99 ms",
@@ -71,11 +74,15 @@ def results_table(results: list[CellResult], options: Options) -> Table:
         plain = by_cell.get(("plain", senders))
         outbox = by_cell.get(("outbox", senders))
         ratio = outbox.ratio_to(plain) if outbox else None
+        awaited = by_cell.get(("async", senders))
+        async_ratio = awaited.ratio_to(plain) if awaited else None
         table.add_row(
             str(senders),
             f"{plain.msgs_per_s:,.0f}" if plain else "-",
             f"{outbox.msgs_per_s:,.0f}" if outbox else "-",
             "-" if ratio is None else f"{ratio:.3f}",
+            f"{awaited.msgs_per_s:,.0f}" if awaited else "-",
+            "-" if async_ratio is None else f"{async_ratio:.3f}",
             _ms(outbox.end_p50_ms) if outbox else "-",
             _ms(outbox.end_p99_ms) if outbox else "-",
             _pair(plain.send_p50_ms, plain.send_p99_ms) if plain else "-",

@@ -4,6 +4,7 @@ The producer API mirrors RocketMQ's ``TransactionMQProducer``; the wire protocol
 shared by every component is in :mod:`outbox.protocol`.
 """
 
+from outbox.async_producer import AsyncTransactionListener, AsyncTransactionProducer
 from outbox.errors import (
     EndTransactionError,
     HalfWriteError,
@@ -28,6 +29,8 @@ from outbox.producer import TransactionListener, TransactionProducer
 from outbox.settings import ProducerSettings
 
 __all__ = [
+    "AsyncTransactionListener",
+    "AsyncTransactionProducer",
     "EndStatus",
     "EndTransactionError",
     "HalfWriteError",

@@ -3,8 +3,9 @@
 Halves and decision ops both go through it. A send must not run its local
 transaction before its half is stored, and by default must not report a
 decision before its op is stored, so each caller waits for its own delivery
-report. A background thread serves the reports, so many threads' records share
-the client's batches instead of each flushing the whole producer. A oneway op
+report, as a future: a thread blocks on it, an asyncio task awaits it. A
+background thread serves the reports, so many senders' records share the
+client's batches instead of each flushing the whole producer. A oneway op
 (``end_oneway``) is handed to the client instead; its report comes later.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
@@ -23,29 +24,28 @@ from outbox.protocol import OutgoingRecord
 
 log = logging.getLogger(__name__)
 
-DeliveryReport = Callable[[KafkaError | None], None]
-"""Told the outcome of a oneway write: None once stored, else the client's error."""
+Acknowledgement = Future[tuple[int, int]]
+"""A record's (partition, offset) once stored, or the caller's failure type if it was not."""
 
 
-class _Delivery:
-    __slots__ = ("done", "error", "offset", "partition")
+class QueueFullError(Exception):
+    """The client's queue had no room; nothing was enqueued, so trying again is safe."""
 
-    def __init__(self) -> None:
-        self.done = threading.Event()
-        self.error: KafkaError | None = None
-        self.partition = -1
-        self.offset = -1
 
-    def __call__(self, error: KafkaError | None, message: Message) -> None:
-        self.error = error
-        if error is None:
-            self.partition = message.partition() or 0
-            self.offset = message.offset() or 0
-        self.done.set()
+def _acknowledgement() -> Acknowledgement:
+    # Running from the start: nobody may cancel it (an asyncio caller that stops
+    # waiting would otherwise cancel it) and then see the delivery report fail.
+    future: Acknowledgement = Future()
+    future.set_running_or_notify_cancel()
+    return future
 
 
 class AckedWriter:
-    """Idempotent, ``acks=all`` writes: each caller waits for its own ack, or hands it off."""
+    """Idempotent, ``acks=all`` writes: each caller gets a future of its own acknowledgement.
+
+    Threads wait on it (:meth:`write`); an event loop awaits it; a oneway op is
+    handed over and its future only watched.
+    """
 
     def __init__(self, client_config: dict[str, Any]) -> None:
         self.producer = Producer(
@@ -74,59 +74,74 @@ class AckedWriter:
         timed-out record may still be stored later: both kinds written here are
         safe to find late (a half is then checked, an op says what the caller decided).
         """
-        delivery = _Delivery()
         deadline = time.monotonic() + timeout
-        self._enqueue(record, delivery, deadline, failure)
-        if not delivery.done.wait(max(0.0, deadline - time.monotonic())):
-            raise failure(f"{record.topic} record not acknowledged within {timeout:g}s")
-        if delivery.error is not None:
-            raise failure(f"{record.topic} record not stored: {delivery.error}")
-        return delivery.partition, delivery.offset
+        acknowledgement = self.submit(record, deadline, failure)
+        return wait_acknowledged(acknowledgement, record, timeout, deadline, failure)
 
-    def send(
-        self,
-        record: OutgoingRecord,
-        timeout: float,
-        failure: type[OutboxError],
-        report: DeliveryReport,
-    ) -> None:
-        """Hand ``record`` to the client and return; ``report`` learns whether it was stored.
+    def submit(
+        self, record: OutgoingRecord, deadline: float, failure: type[OutboxError]
+    ) -> Acknowledgement:
+        """Hand ``record`` to the client, waiting until ``deadline`` (monotonic) for room.
 
-        Raises ``failure`` only if the client would not take it (queue full for
-        ``timeout``, or refused outright); ``report`` is then never called.
+        Raises ``failure`` if the client would not take it (queue full until the
+        deadline, or refused outright); otherwise the future says whether it was stored.
         """
-        self._enqueue(
-            record, lambda error, _message: report(error), time.monotonic() + timeout, failure
-        )
-
-    def _enqueue(
-        self,
-        record: OutgoingRecord,
-        on_delivery: Callable[[KafkaError | None, Message], None],
-        deadline: float,
-        failure: type[OutboxError],
-    ) -> None:
         while True:
             try:
-                self.producer.produce(**record.produce_kwargs(), on_delivery=on_delivery)
-                return
-            except BufferError:
-                # The client's queue is full; nothing was enqueued, so trying again is safe.
+                return self.submit_nowait(record, failure)
+            except QueueFullError:
                 if time.monotonic() > deadline:
                     raise failure(
                         f"the producer queue stayed full; {record.topic} record not written"
                     ) from None
                 time.sleep(0.005)
-            except KafkaException as exc:
-                raise failure(f"{record.topic} record rejected: {exc.args[0]}") from None
+
+    def submit_nowait(self, record: OutgoingRecord, failure: type[OutboxError]) -> Acknowledgement:
+        """:meth:`submit` without waiting: :class:`QueueFullError` when there is no room."""
+        acknowledgement = _acknowledgement()
+
+        def delivered(error: KafkaError | None, message: Message) -> None:
+            if error is not None:
+                acknowledgement.set_exception(failure(f"{record.topic} record not stored: {error}"))
+            else:
+                acknowledgement.set_result((message.partition() or 0, message.offset() or 0))
+
+        try:
+            self.producer.produce(**record.produce_kwargs(), on_delivery=delivered)
+        except BufferError:
+            raise QueueFullError(record.topic) from None
+        except KafkaException as exc:
+            raise failure(f"{record.topic} record rejected: {exc.args[0]}") from None
+        return acknowledgement
 
     def close(self, timeout: float = 10.0) -> None:
-        """Deliver what is still queued (oneway ops included, whose reports then run)."""
+        """Deliver what is still queued (oneway ops included, whose futures then complete)."""
         self._closed.set()
         self._poller.join(timeout)
         remaining = self.producer.flush(timeout)
         if remaining:
             log.warning("%d records were still unacknowledged at close", remaining)
+
+
+def wait_acknowledged(
+    acknowledgement: Acknowledgement,
+    record: OutgoingRecord,
+    timeout: float,
+    deadline: float,
+    failure: type[OutboxError],
+) -> tuple[int, int]:
+    """Block until ``acknowledgement`` comes, or ``deadline`` (monotonic) passes: ``failure``."""
+    try:
+        return acknowledgement.result(max(0.0, deadline - time.monotonic()))
+    except TimeoutError:
+        raise not_acknowledged(record, timeout, failure) from None
+
+
+def not_acknowledged(
+    record: OutgoingRecord, timeout: float, failure: type[OutboxError]
+) -> OutboxError:
+    """The error of a record whose acknowledgement did not come within ``timeout``."""
+    return failure(f"{record.topic} record not acknowledged within {timeout:g}s")
 
 
 def produce_when_room(producer: Producer, **kwargs: Any) -> None:

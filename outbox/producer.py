@@ -16,21 +16,24 @@ and its op leaves a half the checker resolves by asking.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Generator, Iterator
 from concurrent.futures import Executor, ThreadPoolExecutor
+from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Protocol, Self
+from typing import Any, Protocol, Self, TypeAlias, TypeVar
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from pydantic import ValidationError
 
 from outbox import metrics, tracing
-from outbox.acked_writer import AckedWriter
+from outbox.acked_writer import AckedWriter, Acknowledgement, wait_acknowledged
 from outbox.admin import TopicSpec, ensure_topics, read_topic_states
 from outbox.check_responder import CheckResponder
 from outbox.config import settings_error
@@ -41,6 +44,7 @@ from outbox.errors import (
     KafkaUnavailableError,
     LateEndRefusedError,
     ListenerMissingError,
+    OutboxError,
     ProducerClosedError,
     ProducerNotStartedError,
     TopicAdminError,
@@ -57,6 +61,7 @@ from outbox.protocol import (
     CheckRequest,
     HalfRecord,
     OpRecord,
+    OutgoingRecord,
     Resolution,
     half_partition_for,
     new_transaction_id,
@@ -64,7 +69,7 @@ from outbox.protocol import (
 )
 from outbox.settings import ProducerSettings
 from outbox.size_limits import SizeLimits
-from outbox.topic_catalog import TopicCatalog
+from outbox.topic_catalog import TopicCatalog, TopicFacts
 from outbox.validation import build_half
 
 log = logging.getLogger(__name__)
@@ -84,6 +89,95 @@ class TransactionListener(Protocol):
     def check_local_transaction(self, message: Message) -> LocalTransactionState:
         """Say whether the local transaction of ``message`` committed (check-back)."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class TopicLookup:
+    """Step: the facts of ``topic`` (cached after the first send to it)."""
+
+    topic: str
+
+
+@dataclass(frozen=True, slots=True)
+class FittingHalf:
+    """Step: the half's record, refused if any record it becomes would not fit its topic.
+
+    Needs the limits of the topics the half's records go to (cached after the first).
+    """
+
+    half: HalfRecord
+    half_partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """Step: hand ``record`` to the client, waiting for room until ``deadline``.
+
+    The flow gets the record's :data:`~outbox.acked_writer.Acknowledgement`.
+    """
+
+    record: OutgoingRecord
+    failure: type[OutboxError]
+    timeout: float
+    deadline: float
+    """``time.monotonic()`` by which the record must be acknowledged."""
+
+
+@dataclass(frozen=True, slots=True)
+class Acknowledged:
+    """Step: wait until the write's deadline for its acknowledgement: (partition, offset)."""
+
+    write: Write
+    acknowledgement: Acknowledgement
+
+
+@dataclass(frozen=True, slots=True)
+class LocalTransaction:
+    """Step: the listener's ``execute_local_transaction(message, arg)``, its answer or error."""
+
+    message: Message
+    arg: Any
+
+
+Step: TypeAlias = TopicLookup | FittingHalf | Write | Acknowledged | LocalTransaction
+_T = TypeVar("_T")
+Flow: TypeAlias = Generator[Step, Any, _T]
+"""A send (or an end) as the steps it waits on, for a driver to carry out."""
+
+
+async def drive(flow: Flow[_T], take: Callable[[Step], Any]) -> _T:
+    """Carry out ``flow``: hand each step's outcome back to it, or the error taking it raised.
+
+    ``take`` returns the outcome, or an awaitable of it (awaited here): a
+    thread's ``take`` blocks and never returns one, so :func:`run_blocking`
+    finishes this coroutine without an event loop; an event loop's ``take``
+    returns the futures it waits on, so the loop runs on meanwhile.
+    """
+    try:
+        step = next(flow)
+        while True:
+            try:
+                outcome = take(step)
+                if inspect.isawaitable(outcome):
+                    outcome = await outcome
+            except Exception as exc:
+                step = flow.throw(exc)
+            else:
+                step = flow.send(outcome)
+    except StopIteration as finished:
+        return finished.value  # type: ignore[no-any-return]
+    finally:
+        flow.close()
+
+
+def run_blocking(coroutine: Coroutine[Any, Any, _T]) -> _T:
+    """The result of a coroutine that never suspends (:func:`drive` with a blocking ``take``)."""
+    try:
+        coroutine.send(None)
+    except StopIteration as finished:
+        return finished.value  # type: ignore[no-any-return]
+    coroutine.close()
+    raise RuntimeError("a blocking send waited on an awaitable (is the listener async?)")
 
 
 _RESOLUTIONS = {
@@ -120,6 +214,9 @@ class TransactionProducer:
     Thread-safe: any number of threads may call :meth:`send_message_in_transaction`.
     """
 
+    _awaits_listener = False
+    """Whether the listener's methods are coroutine functions (the asyncio producer's core)."""
+
     def __init__(
         self,
         group: str,
@@ -130,7 +227,7 @@ class TransactionProducer:
         clock: Callable[[], float] = time.time,
     ) -> None:
         validate_producer_group(group)
-        _require_listener(listener)
+        _require_listener(listener, awaited=self._awaits_listener)
         self.group = group
         self.listener = listener
         self.config = config if config is not None else _settings_from_env()
@@ -265,6 +362,12 @@ class TransactionProducer:
         is acknowledged; with ``end_oneway`` right after handing it over.
         """
         _require_listener(self.listener)
+        with self._admitted():
+            return self._run(self._send_flow(message, arg))
+
+    @contextmanager
+    def _admitted(self) -> Iterator[None]:
+        """Count a send as under way (shutdown waits for it), if the producer takes sends."""
         with self._state_lock:
             if self._closed:
                 raise ProducerClosedError("this producer was shut down; no message was sent")
@@ -272,25 +375,50 @@ class TransactionProducer:
                 raise ProducerNotStartedError("call start() before sending; no message was sent")
             self._in_flight += 1
         try:
-            return self._send(message, arg)
+            yield
         finally:
             with self._state_lock:
                 self._in_flight -= 1
                 self._state_lock.notify_all()
 
-    def _send(self, message: Message, arg: Any) -> TransactionSendResult:
+    def _run(self, flow: Flow[_T]) -> _T:
+        """Carry out ``flow`` in this thread, blocking at each step."""
+        return run_blocking(drive(flow, self._take))
+
+    def _take(self, step: Step) -> Any:
+        """What ``step`` gives the flow, once this thread has waited for it."""
+        assert self._catalog and self._limits and self._writer
+        if isinstance(step, TopicLookup):
+            return self._catalog.get(step.topic)
+        if isinstance(step, FittingHalf):
+            return self._limits.fitting_half_record(step.half, self.topics, step.half_partition)
+        if isinstance(step, Write):
+            return self._writer.submit(step.record, step.deadline, step.failure)
+        if isinstance(step, Acknowledged):
+            write = step.write
+            return wait_acknowledged(
+                step.acknowledgement, write.record, write.timeout, write.deadline, write.failure
+            )
+        return self.listener.execute_local_transaction(step.message, step.arg)
+
+    def _send_flow(self, message: Message, arg: Any) -> Flow[TransactionSendResult]:
         """The send in its span, whose trace context the half carries to the real record."""
         attributes = {"messaging.system": "kafka", "outbox.producer_group": self.group}
         with tracing.span(tracing.SEND, "PRODUCER", attributes) as span:
-            result = self._send_in_span(message, arg, span)
+            result = yield from self._send_steps(message, arg, span)
             span.set_attribute(
                 "outbox.local_transaction_state", result.local_transaction_state.value
             )
             span.set_attribute("outbox.end_status", result.end_status.value)
             return result
 
-    def _send_in_span(self, message: Message, arg: Any, span: Any) -> TransactionSendResult:
-        assert self._catalog and self._limits and self._writer
+    def _send_steps(self, message: Message, arg: Any, span: Any) -> Flow[TransactionSendResult]:
+        """The send, as steps for a driver: this thread's (:meth:`_run`) or an event loop's.
+
+        Everything that decides (validation, the order of the writes, the
+        outcome, the result) is here, so both drivers give the same results
+        and raise the same errors; a driver only waits for what a step names.
+        """
         transaction_id = getattr(message, "transaction_id", None) or new_transaction_id()
         half = build_half(
             message,
@@ -304,24 +432,22 @@ class TransactionProducer:
         traced = tracing.with_trace_context(half.user_headers)
         if traced is not half.user_headers:
             half = dataclasses.replace(half, user_headers=traced)
-        real = self._catalog.get(half.real_topic)
+        real: TopicFacts = yield TopicLookup(half.real_topic)
         if half.real_partition is not None and half.real_partition >= real.partitions:
             raise InvalidMessageError(
                 f"message partition {half.real_partition} does not exist: topic "
                 f"{half.real_topic!r} has {real.partitions} partitions"
             )
         half_partition = half_partition_for(half.key, transaction_id, self._half_partitions)
-        record = self._limits.fitting_half_record(half, self.topics, half_partition)
-        _, half_offset = self._writer.write(
-            record, self.config.send_timeout_seconds, HalfWriteError
-        )
+        record: OutgoingRecord = yield FittingHalf(half, half_partition)
+        _, half_offset = yield from self._write_acknowledged(record, HalfWriteError)
         metrics.HALVES_WRITTEN.labels(self.group).inc()
         span.set_attribute("outbox.half_partition", half_partition)
         span.set_attribute("outbox.half_offset", half_offset)
         log.debug("half written transaction_id=%s offset=%d", transaction_id, half_offset)
 
-        state, local_error = self._run_local_transaction(message, half, arg)
-        end_status, end_error = self._end(
+        state, local_error = yield from self._local_transaction(message, half, arg)
+        end_status, end_error = yield from self._end(
             half, half_partition, half_offset, half_offset, state, origin="send"
         )
         return TransactionSendResult(
@@ -335,9 +461,21 @@ class TransactionProducer:
             end_error=end_error,
         )
 
-    def _run_local_transaction(
+    def _write(self, record: OutgoingRecord, failure: type[OutboxError]) -> Write:
+        timeout = self.config.send_timeout_seconds
+        return Write(record, failure, timeout, time.monotonic() + timeout)
+
+    def _write_acknowledged(
+        self, record: OutgoingRecord, failure: type[OutboxError]
+    ) -> Flow[tuple[int, int]]:
+        write = self._write(record, failure)
+        acknowledgement = yield write
+        position: tuple[int, int] = yield Acknowledged(write, acknowledgement)
+        return position
+
+    def _local_transaction(
         self, message: Message, half: HalfRecord, arg: Any
-    ) -> tuple[LocalTransactionState, BaseException | None]:
+    ) -> Flow[tuple[LocalTransactionState, BaseException | None]]:
         stamped = dataclasses.replace(
             message, transaction_id=half.transaction_id, born_ms=half.born_ms
         )
@@ -346,7 +484,7 @@ class TransactionProducer:
         attributes = {"outbox.transaction_id": half.transaction_id}
         try:
             with tracing.span(tracing.LOCAL_TRANSACTION, attributes=attributes) as span:
-                answer = self.listener.execute_local_transaction(stamped, arg)
+                answer = yield LocalTransaction(stamped, arg)
                 if recorded:
                     tracing.fail(span, recorded[-1])
         except Exception as exc:
@@ -372,7 +510,7 @@ class TransactionProducer:
         state: LocalTransactionState,
         *,
         origin: str,
-    ) -> tuple[EndStatus, BaseException | None]:
+    ) -> Flow[tuple[EndStatus, BaseException | None]]:
         """Write the decision on ``half`` (the copy at ``half_offset``) as an op, if it has one.
 
         ``origin_offset`` is the half's identity, which the relay keys decisions on.
@@ -388,7 +526,7 @@ class TransactionProducer:
             "outbox.origin": origin,
         }
         with tracing.span(tracing.END, attributes=attributes) as span:
-            status, error = self._write_decision(
+            status, error = yield from self._write_decision(
                 half, half_partition, half_offset, origin_offset, resolution, origin
             )
             span.set_attribute("outbox.end_status", status.value)
@@ -404,8 +542,7 @@ class TransactionProducer:
         origin_offset: int,
         resolution: Resolution,
         origin: str,
-    ) -> tuple[EndStatus, BaseException | None]:
-        assert self._writer is not None
+    ) -> Flow[tuple[EndStatus, BaseException | None]]:
         if origin == "send":
             # RocketMQ 5.1.1's rule, checked once before the op is written: past
             # the window a check may already have answered, and the relay keeps
@@ -429,15 +566,14 @@ class TransactionProducer:
             self._now_ms(),
             origin_offset=origin_offset,
         )
-        record = op.to_record(self.topics)
-        timeout = self.config.send_timeout_seconds
         started = time.monotonic()
         try:
             if origin == "send" and self.config.end_oneway:
+                acknowledgement = yield self._write(op.to_record(self.topics), EndTransactionError)
                 report = _OnewayReport(self.group, half.real_topic, op, origin, started)
-                self._writer.send(record, timeout, EndTransactionError, report)
+                acknowledgement.add_done_callback(report)
                 return EndStatus.SENT_ONEWAY, None
-            self._writer.write(record, timeout, EndTransactionError)
+            yield from self._write_acknowledged(op.to_record(self.topics), EndTransactionError)
         except EndTransactionError as exc:
             metrics.END_FAILURES.labels(self.group, "failed").inc()
             log.error("end failed transaction_id=%s error=%s", half.transaction_id, exc)
@@ -486,7 +622,7 @@ class TransactionProducer:
             born_ms=half.born_ms,
         )
         try:
-            answer = self.listener.check_local_transaction(message)
+            answer = self._ask_listener(message)
             state = _as_state(answer, half.transaction_id, "check_local_transaction")
         except Exception as exc:
             log.exception(
@@ -499,9 +635,15 @@ class TransactionProducer:
         metrics.CHECKS_ANSWERED.labels(self.group, state.value).inc()
         log.info("check answered transaction_id=%s state=%s", half.transaction_id, state.value)
         identity = half.identity(request.half_offset)
-        self._end(
-            half, request.half_partition, request.half_offset, identity, state, origin="check"
+        self._run(
+            self._end(
+                half, request.half_partition, request.half_offset, identity, state, origin="check"
+            )
         )
+
+    def _ask_listener(self, message: Message) -> object:
+        """The listener's answer to a check, on a check executor thread."""
+        return self.listener.check_local_transaction(message)
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -516,7 +658,7 @@ def _count_end(
 
 
 class _OnewayReport:
-    """Learns, on the client's thread, whether a oneway op was stored.
+    """Learns, on the client's thread, whether a oneway op was stored (its future's callback).
 
     The caller has returned already, so a lost op can only be logged and
     counted; the half then has no op and the checker resolves it by check-back.
@@ -533,7 +675,8 @@ class _OnewayReport:
         self.origin = origin
         self.started = started
 
-    def __call__(self, error: KafkaError | None) -> None:
+    def __call__(self, acknowledgement: Acknowledgement) -> None:
+        error = acknowledgement.exception()
         if error is None:
             _count_end(self.group, self.real_topic, self.op.resolution, self.origin, self.started)
             return
@@ -552,11 +695,23 @@ def _settings_from_env() -> ProducerSettings:
         raise settings_error(exc, ProducerSettings) from None
 
 
-def _require_listener(listener: object) -> None:
+def _require_listener(listener: object, *, awaited: bool = False) -> None:
+    """A listener with both methods, coroutine functions exactly when the producer awaits them."""
+    kind = "an AsyncTransactionListener with async def" if awaited else "a TransactionListener with"
     for method in ("execute_local_transaction", "check_local_transaction"):
-        if not callable(getattr(listener, method, None)):
+        function = getattr(listener, method, None)
+        if not callable(function):
+            raise ListenerMissingError(f"{kind} {method}() is required, got {listener!r}")
+        if inspect.iscoroutinefunction(function) != awaited:
+            fix = (
+                "AsyncTransactionProducer awaits its listener, and a blocking one would stall "
+                "the event loop: make it async def, or use TransactionProducer"
+                if awaited
+                else "an async listener needs AsyncTransactionProducer"
+            )
             raise ListenerMissingError(
-                f"a TransactionListener with {method}() is required, got {listener!r}"
+                f"{method}() of {listener!r} is {'not ' if awaited else ''}a coroutine "
+                f"function: {fix}"
             )
 
 

@@ -67,17 +67,17 @@ class SizeLimits:
             )
         return None
 
+    @staticmethod
+    def topics_used(half: HalfRecord, topics: TopicNames) -> tuple[str, ...]:
+        """The topics whose limits :meth:`fitting_half_record` looks up for ``half``."""
+        return (topics.half, half.real_topic, topics.check(half.producer_group), topics.discard)
+
     def fitting_half_record(
         self, half: HalfRecord, topics: TopicNames, half_partition: int
     ) -> OutgoingRecord:
         """The half's record; refused, naming why, if any record it becomes would not fit."""
         half_record = half.to_record(topics, half_partition)
-        topics_used = (
-            topics.half,
-            half.real_topic,
-            topics.check(half.producer_group),
-            topics.discard,
-        )
+        topics_used = self.topics_used(half, topics)
         limits = [self.client_bytes, *filter(None, map(self.topic_bytes, topics_used))]
         if record_size(half_record) + _GROWTH_BYTES <= min(limits):
             return half_record  # the usual case: far from every limit

@@ -31,6 +31,10 @@ class TopicCatalog:
         self._facts: dict[str, TopicFacts] = {}
         self._lock = threading.Lock()
 
+    def known(self, topic: str) -> TopicFacts | None:
+        """Facts of ``topic`` if already looked up: never waits for the cluster."""
+        return self._facts.get(topic)
+
     def get(self, topic: str) -> TopicFacts:
         """Facts of ``topic``; :class:`InvalidMessageError` if it does not exist."""
         facts = self._facts.get(topic)

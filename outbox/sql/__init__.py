@@ -2,7 +2,8 @@
 
 The usual local transaction is a SQLAlchemy transaction. :class:`SqlTransactionListener`
 runs the application's business function and inserts the transaction id into
-the log table in that same transaction, so a check-back is a lookup. The table
+the log table in that same transaction, so a check-back is a lookup;
+:class:`AsyncSqlTransactionListener` does the same on SQLAlchemy's asyncio extension. The table
 is created by the Alembic migrations in :mod:`migrations` (``outbox db upgrade``)
 and kept small by :func:`prune_transaction_log` (``outbox db prune``).
 
@@ -17,7 +18,10 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 _EXPORTS = {
+    "AsyncBusinessFunction": "async_listener",
+    "AsyncSqlTransactionListener": "async_listener",
     "DATABASE_URL_ENV": "engine",
+    "create_async_engine": "engine",
     "create_engine": "engine",
     "describe_url": "engine",
     "CommitOutcomeUnknownError": "errors",
@@ -31,6 +35,7 @@ _EXPORTS = {
     "BusinessFunction": "listener",
     "SqlTransactionListener": "listener",
     "TransactionLogCheck": "listener",
+    "TransactionLogRule": "listener",
     "DEFAULT_TABLE": "log",
     "MIN_PRUNE_AGE": "log",
     "LogTarget": "log",
@@ -49,6 +54,8 @@ __all__ = [
     "DEFAULT_GRACE_SECONDS",
     "DEFAULT_TABLE",
     "MIN_PRUNE_AGE",
+    "AsyncBusinessFunction",
+    "AsyncSqlTransactionListener",
     "BusinessFunction",
     "CommitOutcomeUnknownError",
     "DatabaseUnavailableError",
@@ -62,6 +69,8 @@ __all__ = [
     "TransactionLogCheck",
     "TransactionLogError",
     "TransactionLogMissingError",
+    "TransactionLogRule",
+    "create_async_engine",
     "create_engine",
     "current",
     "describe_url",
@@ -73,7 +82,13 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from outbox.sql.engine import DATABASE_URL_ENV, create_engine, describe_url
+    from outbox.sql.async_listener import AsyncBusinessFunction, AsyncSqlTransactionListener
+    from outbox.sql.engine import (
+        DATABASE_URL_ENV,
+        create_async_engine,
+        create_engine,
+        describe_url,
+    )
     from outbox.sql.errors import (
         CommitOutcomeUnknownError,
         DatabaseUnavailableError,
@@ -88,6 +103,7 @@ if TYPE_CHECKING:
         BusinessFunction,
         SqlTransactionListener,
         TransactionLogCheck,
+        TransactionLogRule,
     )
     from outbox.sql.log import (
         DEFAULT_TABLE,

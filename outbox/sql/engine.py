@@ -9,7 +9,9 @@ go through here: an application's own engine is used as given.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
@@ -17,6 +19,9 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
 from outbox.errors import ConfigurationError
 from outbox.sql.errors import DatabaseUnavailableError
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 DATABASE_URL_ENV = "OUTBOX_DATABASE_URL"
 EXAMPLE_URLS = "sqlite:///outbox.db or postgresql+psycopg://USER:PASSWORD@HOST:5432/DB"
@@ -61,10 +66,37 @@ def create_engine(url: str | URL, **kwargs: Any) -> Engine:
     database is unreachable.
     """
     parsed = parse_url(url)
+    with _driver_errors(parsed):
+        return sa.create_engine(parsed, **_engine_options(parsed, kwargs))
+
+
+def create_async_engine(url: str | URL, **kwargs: Any) -> AsyncEngine:
+    """An asyncio engine for ``url`` (for :class:`~outbox.sql.AsyncSqlTransactionListener`).
+
+    The same URL as :func:`create_engine` serves: ``sqlite://`` means
+    aiosqlite, ``postgresql://`` psycopg 3, whose async side SQLAlchemy picks
+    for an asyncio engine; errors as :func:`create_engine`'s.
+    """
+    from sqlalchemy.ext.asyncio import create_async_engine as sa_create_async_engine
+
+    parsed = parse_url(url)
+    if parsed.drivername in ("sqlite", "sqlite+pysqlite"):
+        parsed = parsed.set(drivername="sqlite+aiosqlite")
+    with _driver_errors(parsed):
+        return sa_create_async_engine(parsed, **_engine_options(parsed, kwargs))
+
+
+def _engine_options(parsed: URL, kwargs: dict[str, Any]) -> dict[str, Any]:
     if parsed.get_backend_name() == "postgresql" and "connect_timeout" not in parsed.query:
         kwargs.setdefault("connect_args", {}).setdefault("connect_timeout", CONNECT_TIMEOUT_SECONDS)
+    return kwargs
+
+
+@contextmanager
+def _driver_errors(parsed: URL) -> Iterator[None]:
+    """An unknown scheme or a driver not installed, as a ConfigurationError naming the fix."""
     try:
-        return sa.create_engine(parsed, **kwargs)
+        yield
     except NoSuchModuleError:
         raise ConfigurationError(
             f"unsupported database URL scheme {parsed.drivername!r} in {describe_url(parsed)}; "
@@ -73,7 +105,8 @@ def create_engine(url: str | URL, **kwargs: Any) -> Engine:
     except ImportError as exc:
         raise ConfigurationError(
             f"the driver for {parsed.drivername!r} is not installed ({exc}); for PostgreSQL "
-            "install kafka-outbox[postgres] and use postgresql+psycopg://"
+            "install kafka-outbox[postgres] and use postgresql+psycopg://; for asyncio "
+            "install kafka-outbox[async]"
         ) from None
 
 

@@ -31,7 +31,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from functools import partial
+from typing import Any, Generic, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, ProgrammingError
@@ -76,16 +77,15 @@ ROLLBACK = LocalTransactionState.ROLLBACK_MESSAGE
 UNKNOW = LocalTransactionState.UNKNOW
 
 
-class TransactionLogCheck:
-    """The check-back answer from the log table, shared by the listener and the checker.
+class TransactionLogRule:
+    """The check-back answer from the log table, on a session it is given.
 
-    The checker's resolve-from-database mode asks the very same question the
-    producers' listeners answer, so both use this one rule.
+    The listeners (sync and asyncio) and the checker's resolve-from-database
+    mode ask the very same question the same way, so all use this one rule.
     """
 
     def __init__(
         self,
-        session_factory: Callable[[], Session],
         target: LogTarget,
         *,
         grace_seconds: float = DEFAULT_GRACE_SECONDS,
@@ -94,7 +94,6 @@ class TransactionLogCheck:
         if not grace_seconds > 0:
             raise ConfigurationError(f"grace_seconds must be positive, got {grace_seconds!r}")
         self.grace_seconds = float(grace_seconds)
-        self._session_factory = session_factory
         self._target = target
         self._clock = clock
         table = transaction_log_table(target.table, target.schema)
@@ -102,17 +101,16 @@ class TransactionLogCheck:
             table.c.transaction_id == sa.bindparam("transaction_id")
         )
 
-    def answer(self, message: Message) -> LocalTransactionState:
+    def answer_on(self, session: Session, message: Message) -> LocalTransactionState:
         """Look the transaction id up; no row means ROLLBACK only once the grace is over."""
         transaction_id = message.transaction_id
         try:
-            with self._session_factory() as session:
-                found = session.execute(self._lookup, {"transaction_id": transaction_id}).first()
+            found = session.execute(self._lookup, {"transaction_id": transaction_id}).first()
         except Exception as exc:
             log.warning(
                 "transaction log lookup failed; answering UNKNOW transaction_id=%s error=%r",
                 transaction_id,
-                explain_database_error(exc, self._session_factory, self._target),
+                explain_database_error(exc, _probe_sessions(session), self._target),
             )
             return UNKNOW
         if found is not None:
@@ -124,19 +122,46 @@ class TransactionLogCheck:
         return ROLLBACK if age >= self.grace_seconds else UNKNOW
 
 
-class SqlTransactionListener:
-    """A :class:`~outbox.producer.TransactionListener` backed by a SQLAlchemy database.
-
-    ``session_factory`` is anything that returns a new sync ``Session`` (a
-    ``sessionmaker``); ``group`` is the producer group, recorded on each log
-    row. ``clock`` (seconds since the epoch) is injectable for tests of the
-    grace-period rule. Thread-safe: every call uses its own session.
-    """
+class TransactionLogCheck(TransactionLogRule):
+    """:class:`TransactionLogRule` on a session of its own for each answer."""
 
     def __init__(
         self,
         session_factory: Callable[[], Session],
-        business: BusinessFunction,
+        target: LogTarget,
+        *,
+        grace_seconds: float = DEFAULT_GRACE_SECONDS,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        super().__init__(target, grace_seconds=grace_seconds, clock=clock)
+        self._session_factory = session_factory
+
+    def answer(self, message: Message) -> LocalTransactionState:
+        """Look the transaction id up; no row means ROLLBACK only once the grace is over."""
+        with self._session_factory() as session:
+            return self.answer_on(session, message)
+
+
+_Factory = TypeVar("_Factory", bound=Callable[[], Any])
+_Business = TypeVar("_Business", bound=Callable[..., object])
+
+
+class TransactionLogListener(Generic[_Factory, _Business]):
+    """The rules of a listener backed by the log table, on a session a subclass opens.
+
+    :class:`SqlTransactionListener` runs them on a sync ``Session``; the
+    asyncio listener on the sync session inside an ``AsyncSession`` (in
+    SQLAlchemy's greenlet), so both answer by the very same code.
+    ``session_factory`` makes the subclass's sessions, ``business`` is the
+    application's work on one; ``group`` is the producer group, recorded on
+    each log row; ``clock`` (seconds since the epoch) is injectable for tests
+    of the grace-period rule.
+    """
+
+    def __init__(
+        self,
+        session_factory: _Factory,
+        business: _Business,
         *,
         group: str,
         table: str = DEFAULT_TABLE,
@@ -149,90 +174,78 @@ class SqlTransactionListener:
             raise ConfigurationError("session_factory and business must be callables")
         self.group = group
         self.target = LogTarget(table, schema)
-        self._check = TransactionLogCheck(
-            session_factory, self.target, grace_seconds=grace_seconds, clock=clock
-        )
+        self._check = TransactionLogRule(self.target, grace_seconds=grace_seconds, clock=clock)
         self.grace_seconds = self._check.grace_seconds
         self._session_factory = session_factory
         self._business = business
         self._clock = clock
         self._table = transaction_log_table(self.target.table, self.target.schema)
 
-    # ------------------------------------------------------------------ start-up
+    def _verify_on(self, session: Session) -> None:
+        try:
+            exists = table_exists(session.connection(), self.target)
+        except DBAPIError as exc:
+            raise unavailable(session.get_bind(), exc) from None  # type: ignore[arg-type]
+        if not exists:
+            raise missing_table_error(self.target, session.get_bind().url)
 
-    def verify(self) -> None:
-        """Fail fast, before the first send, if the database or the log table is missing.
-
-        Raises DatabaseUnavailableError or TransactionLogMissingError (naming
-        ``outbox db upgrade``). Sends would otherwise each roll back with that
-        error, which is harder to notice.
-        """
-        with self._session_factory() as session:
-            try:
-                exists = table_exists(session.connection(), self.target)
-            except DBAPIError as exc:
-                raise unavailable(session.get_bind(), exc) from None  # type: ignore[arg-type]
-            if not exists:
-                raise missing_table_error(self.target, session.get_bind().url)
-
-    # ------------------------------------------------------------------ execute
-
-    def execute_local_transaction(self, message: Message, arg: Any) -> LocalTransactionState:
-        """Run the business function and insert the log row in one database transaction."""
+    def _execute_on(
+        self, session: Session, message: Message, business: Callable[[], object]
+    ) -> LocalTransactionState:
+        """Run ``business`` and insert the log row in one database transaction on ``session``."""
         transaction_id = message.transaction_id
         if not transaction_id:
             raise ValueError("the message has no transaction_id: send it through a producer")
-        with self._session_factory() as session:
-            stage = "business"
-            try:
-                transaction = session.begin()
-                outcome = self._business(session, message, arg)
-                self._require_open(transaction, transaction_id)
-                if outcome is ROLLBACK:
-                    transaction.rollback()
-                    log.info("business function rolled back transaction_id=%s", transaction_id)
-                    return ROLLBACK
-                stage = "log"
-                session.execute(
-                    sa.insert(self._table).values(
-                        transaction_id=transaction_id,
-                        producer_group=self.group,
-                        created_at=utc_from_timestamp(self._clock()),
-                    )
-                )
-                session.flush()
-                self._require_in_time(message)
-            except Exception as exc:
-                _rollback_quietly(session)
-                error = self._explain(exc) if stage == "log" else exc
-                log.warning(
-                    "local transaction rolled back transaction_id=%s error=%r",
-                    transaction_id,
-                    error,
-                )
-                record_local_transaction_error(error)
+        stage = "business"
+        try:
+            transaction = session.begin()
+            outcome = business()
+            self._require_open(transaction, transaction_id)
+            if outcome is ROLLBACK:
+                transaction.rollback()
+                log.info("business function rolled back transaction_id=%s", transaction_id)
                 return ROLLBACK
-            try:
-                transaction.commit()
-            except Exception as exc:
-                refused = _commit_refused(session, exc)
-                _rollback_quietly(session)
-                if refused:
-                    log.warning("commit refused transaction_id=%s error=%r", transaction_id, exc)
-                    record_local_transaction_error(exc)
-                    return ROLLBACK
-                log.error(
-                    "commit outcome unknown; left to the check-back transaction_id=%s error=%r",
-                    transaction_id,
-                    exc,
+            stage = "log"
+            session.execute(
+                sa.insert(self._table).values(
+                    transaction_id=transaction_id,
+                    producer_group=self.group,
+                    created_at=utc_from_timestamp(self._clock()),
                 )
-                unknown = CommitOutcomeUnknownError(
-                    f"commit of {transaction_id} failed and may or may not have happened "
-                    f"(the check-back will find out): {exc}"
-                )
-                unknown.__cause__ = exc
-                record_local_transaction_error(unknown)
-                return UNKNOW
+            )
+            session.flush()
+            self._require_in_time(message)
+        except Exception as exc:
+            _rollback_quietly(session)
+            error = self._explain(session, exc) if stage == "log" else exc
+            log.warning(
+                "local transaction rolled back transaction_id=%s error=%r",
+                transaction_id,
+                error,
+            )
+            record_local_transaction_error(error)
+            return ROLLBACK
+        try:
+            transaction.commit()
+        except Exception as exc:
+            refused = _commit_refused(session, exc)
+            _rollback_quietly(session)
+            if refused:
+                log.warning("commit refused transaction_id=%s error=%r", transaction_id, exc)
+                record_local_transaction_error(exc)
+                return ROLLBACK
+            log.error(
+                "commit outcome unknown; left to the check-back transaction_id=%s error=%r",
+                transaction_id,
+                exc,
+            )
+            unknown = CommitOutcomeUnknownError(
+                f"commit of {transaction_id} failed and may or may not have happened "
+                f"(the check-back will find out): {exc}"
+            )
+            unknown.__cause__ = exc
+            record_local_transaction_error(unknown)
+            return UNKNOW
         return COMMIT
 
     def _require_open(self, transaction: SessionTransaction, transaction_id: str) -> None:
@@ -255,14 +268,37 @@ class SqlTransactionListener:
                 "ROLLBACK; rolled back instead of committed (raise grace_seconds)"
             )
 
-    def _explain(self, exc: Exception) -> Exception:
-        return explain_database_error(exc, self._session_factory, self.target)
+    def _explain(self, session: Session, exc: Exception) -> Exception:
+        return explain_database_error(exc, _probe_sessions(session), self.target)
 
-    # ------------------------------------------------------------------ check
+
+class SqlTransactionListener(TransactionLogListener[Callable[[], Session], BusinessFunction]):
+    """A :class:`~outbox.producer.TransactionListener` backed by a SQLAlchemy database.
+
+    ``session_factory`` is anything that returns a new sync ``Session`` (a
+    ``sessionmaker``); the other arguments are :class:`TransactionLogListener`'s.
+    Thread-safe: every call uses its own session.
+    """
+
+    def verify(self) -> None:
+        """Fail fast, before the first send, if the database or the log table is missing.
+
+        Raises DatabaseUnavailableError or TransactionLogMissingError (naming
+        ``outbox db upgrade``). Sends would otherwise each roll back with that
+        error, which is harder to notice.
+        """
+        with self._session_factory() as session:
+            self._verify_on(session)
+
+    def execute_local_transaction(self, message: Message, arg: Any) -> LocalTransactionState:
+        """Run the business function and insert the log row in one database transaction."""
+        with self._session_factory() as session:
+            return self._execute_on(session, message, lambda: self._business(session, message, arg))
 
     def check_local_transaction(self, message: Message) -> LocalTransactionState:
         """Look the transaction id up; no row means ROLLBACK only once the grace is over."""
-        return self._check.answer(message)
+        with self._session_factory() as session:
+            return self._check.answer_on(session, message)
 
 
 def explain_database_error(
@@ -287,6 +323,11 @@ def explain_database_error(
         return exc
     error.__cause__ = exc
     return error
+
+
+def _probe_sessions(session: Session) -> Callable[[], Session]:
+    """New sessions on ``session``'s database: a failed session may be unusable for a probe."""
+    return partial(Session, session.get_bind())
 
 
 def _rollback_quietly(session: Session) -> None:

@@ -47,6 +47,7 @@ def test_bench_all_on_the_test_broker(kafka_bootstrap: str, tmp_path: Path) -> N
     assert "checker_rss_mb_at_50k=nan" in last and "sink_rows_per_s=nan" in last
     for figure in (
         "ratio outbox/plain",
+        "async msg/s (ratio to plain)",
         "outbox end p99 ms",
         "scan rate, halves/s",
         "answers/s (producer group)",
@@ -97,9 +98,12 @@ def test_bench_all_on_the_test_broker(kafka_bootstrap: str, tmp_path: Path) -> N
     assert [(c["mode"], c["senders"]) for c in producer["cells"]] == [
         ("plain", 1),
         ("outbox", 1),
+        ("async", 1),
         ("plain", 4),
         ("outbox", 4),
+        ("async", 4),
     ]
+    assert all(c["committed"] == c["attempts"] for c in producer["cells"] if c["mode"] != "plain")
     assert document["benches"]["checker"]["scan"]["walk"]["checks_sent"] == 500
     assert document["benches"]["sink"] is None
     # The benches' own result files are not written by ``bench.all``.

@@ -1,15 +1,34 @@
-"""Fixtures for producer tests: fresh outbox topics and a real topic per test."""
+"""Fixtures for producer tests: fresh outbox topics and a real topic per test.
+
+Every producer test runs twice, through ``producer_type``: on the threaded
+:class:`TransactionProducer`, and on the :class:`AsyncTransactionProducer`
+driven from the test's thread (:class:`OnLoop`), so one table of cases proves
+both give the same results and raise the same errors.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import inspect
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Coroutine, Iterator
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
+from typing import Any, Self, TypeVar
 
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from outbox import LocalTransactionState, Message, ProducerSettings, TransactionProducer
+from outbox import (
+    AsyncTransactionProducer,
+    LocalTransactionState,
+    Message,
+    ProducerSettings,
+    TransactionProducer,
+    TransactionSendResult,
+)
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
 from outbox.protocol import RawRecord, TopicNames
 from outbox.reading import read_topic
@@ -92,9 +111,144 @@ def listener() -> ScriptedListener:
     return ScriptedListener()
 
 
+_T = TypeVar("_T")
+
+
+class EventLoopThread:
+    """An event loop in a thread of its own, for sync tests of async code.
+
+    A call runs in a task that carries the caller's context variables, as an
+    awaited call would (the producer's record of local transaction errors).
+    """
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="test-loop", daemon=True)
+        self._thread.start()
+
+    def run(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
+        context = contextvars.copy_context()
+        result: Future[_T] = Future()
+
+        def finished(task: asyncio.Task[_T]) -> None:
+            if task.exception() is not None:
+                result.set_exception(task.exception())  # type: ignore[arg-type]
+            else:
+                result.set_result(task.result())
+
+        def begin() -> None:
+            self.loop.create_task(coroutine, context=context).add_done_callback(finished)
+
+        self.loop.call_soon_threadsafe(begin)
+        return result.result()
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        self.loop.close()
+
+
+class Awaited:
+    """A sync listener's answers, as the coroutines an async producer awaits, on its loop."""
+
+    def __init__(self, listener: Any) -> None:
+        self.listener = listener
+
+    async def execute_local_transaction(self, message: Message, arg: object) -> object:
+        return self.listener.execute_local_transaction(message, arg)
+
+    async def check_local_transaction(self, message: Message) -> object:
+        return self.listener.check_local_transaction(message)
+
+
+def awaited(listener: Any) -> Any:
+    """``listener`` made async; anything that is not a sync listener stays as given (bad input)."""
+    methods = [
+        getattr(listener, m, None) for m in ("execute_local_transaction", "check_local_transaction")
+    ]
+    if all(callable(m) and not inspect.iscoroutinefunction(m) for m in methods):
+        return Awaited(listener)
+    return listener
+
+
+class OnLoop:
+    """An :class:`AsyncTransactionProducer` with the blocking face of a TransactionProducer.
+
+    Its event loop runs in a thread of its own (``loop``, or one it makes);
+    each call runs a coroutine there and waits for it, so a test written for
+    the threaded producer drives the async one unchanged. The listener is made
+    async (:func:`awaited`).
+    """
+
+    def __init__(
+        self,
+        group: str,
+        listener: Any,
+        config: ProducerSettings | None = None,
+        check_executor: Executor | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+        loop: EventLoopThread | None = None,
+    ) -> None:
+        self.producer = AsyncTransactionProducer(
+            group, awaited(listener), config, check_executor, clock=clock
+        )
+        self.config = self.producer.config
+        self.group = self.producer.group
+        self.loop = loop or EventLoopThread()
+        self._own_loop = loop is None
+
+    def _call(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
+        return self.loop.run(coroutine)
+
+    def start(self) -> Self:
+        self._call(self.producer.start())
+        return self
+
+    def shutdown(self, timeout: float = 30.0) -> None:
+        self._call(self.producer.shutdown(timeout))
+
+    def send_message_in_transaction(
+        self, message: Message, arg: object = None
+    ) -> TransactionSendResult:
+        return self._call(self.producer.send_message_in_transaction(message, arg))
+
+    def close_loop(self) -> None:
+        if self._own_loop:
+            self.loop.close()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.shutdown()
+
+
+ProducerType = Callable[..., Any]
+"""``TransactionProducer``, or :class:`OnLoop` (the async producer), with the same arguments."""
+
+
+@pytest.fixture(params=["sync", "async"])
+def producer_type(request: pytest.FixtureRequest) -> Iterator[ProducerType]:
+    """Each producer test once per producer: the threaded one and the asyncio one."""
+    if request.param == "sync":
+        yield TransactionProducer
+        return
+    made: list[OnLoop] = []
+
+    def make(*args: Any, **kwargs: Any) -> OnLoop:
+        made.append(OnLoop(*args, **kwargs))
+        return made[-1]
+
+    yield make
+    for producer in made:
+        producer.shutdown()
+        producer.close_loop()
+
+
 @pytest.fixture
 def producer(
-    outbox_topics: OutboxTopics, listener: ScriptedListener
+    outbox_topics: OutboxTopics, listener: ScriptedListener, producer_type: ProducerType
 ) -> Iterator[TransactionProducer]:
-    with TransactionProducer("orders", listener, outbox_topics.settings()) as started:
+    with producer_type("orders", listener, outbox_topics.settings()) as started:
         yield started

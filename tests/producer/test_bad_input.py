@@ -9,6 +9,7 @@ import pytest
 from confluent_kafka.admin import NewTopic
 
 from outbox import (
+    AsyncTransactionProducer,
     InvalidMessageError,
     KafkaUnavailableError,
     ListenerMissingError,
@@ -25,28 +26,28 @@ from outbox.errors import ConfigurationError, TopicAdminError, TopicMismatchErro
 from outbox.protocol import HalfRecord, InvalidNameError, TopicNames, new_transaction_id
 from outbox.protocol.sizes import record_size
 from tests.fixtures.kafka import set_topic_config
-from tests.producer.conftest import OutboxTopics, ScriptedListener
+from tests.producer.conftest import Awaited, OutboxTopics, ScriptedListener
 
 COMMIT = LocalTransactionState.COMMIT_MESSAGE
 
 
 @pytest.mark.parametrize("listener", [None, object(), "listener"])
-def test_no_listener(listener):
+def test_no_listener(listener, producer_type):
     with pytest.raises(ListenerMissingError, match="TransactionListener"):
-        TransactionProducer("g", listener, ProducerSettings(bootstrap_servers="h:1"))
+        producer_type("g", listener, ProducerSettings(bootstrap_servers="h:1"))
 
 
 @pytest.mark.parametrize("group", ["", "bad group", "a/b"])
-def test_bad_group_name(group):
+def test_bad_group_name(group, producer_type):
     with pytest.raises(InvalidNameError, match="producer group"):
-        TransactionProducer(group, ScriptedListener(), ProducerSettings(bootstrap_servers="h:1"))
+        producer_type(group, ScriptedListener(), ProducerSettings(bootstrap_servers="h:1"))
 
 
-def test_settings_from_environment(monkeypatch):
+def test_settings_from_environment(monkeypatch, producer_type):
     monkeypatch.setenv("OUTBOX_BOOTSTRAP_SERVERS", "a:1,b:2")
     monkeypatch.setenv("OUTBOX_END_ONEWAY", "true")
     monkeypatch.setenv("OUTBOX_KAFKA_PROPERTIES", '{"sasl.password": "hunter2"}')
-    producer = TransactionProducer("g", ScriptedListener())
+    producer = producer_type("g", ScriptedListener())
     assert producer.config.bootstrap_servers == "a:1,b:2"
     assert producer.config.end_oneway is True
     assert producer.config.client_config()["sasl.password"] == "hunter2"
@@ -54,26 +55,26 @@ def test_settings_from_environment(monkeypatch):
     assert "hunter2" not in str(producer.config)
 
 
-def test_missing_or_bad_settings_name_the_variable(monkeypatch):
+def test_missing_or_bad_settings_name_the_variable(monkeypatch, producer_type):
     monkeypatch.delenv("OUTBOX_BOOTSTRAP_SERVERS", raising=False)
     with pytest.raises(ConfigurationError, match="OUTBOX_BOOTSTRAP_SERVERS"):
-        TransactionProducer("g", ScriptedListener())
+        producer_type("g", ScriptedListener())
     monkeypatch.setenv("OUTBOX_BOOTSTRAP_SERVERS", "h:1")
     monkeypatch.setenv("OUTBOX_CHECK_THREADS", "0")
     with pytest.raises(ConfigurationError, match="OUTBOX_CHECK_THREADS"):
-        TransactionProducer("g", ScriptedListener())
+        producer_type("g", ScriptedListener())
 
 
-def test_bad_end_oneway_names_the_variable(monkeypatch):
+def test_bad_end_oneway_names_the_variable(monkeypatch, producer_type):
     monkeypatch.setenv("OUTBOX_BOOTSTRAP_SERVERS", "h:1")
     monkeypatch.setenv("OUTBOX_END_ONEWAY", "maybe")
     with pytest.raises(ConfigurationError, match="OUTBOX_END_ONEWAY"):
-        TransactionProducer("g", ScriptedListener())
+        producer_type("g", ScriptedListener())
 
 
-def test_send_before_start_and_after_shutdown(outbox_topics: OutboxTopics):
+def test_send_before_start_and_after_shutdown(outbox_topics: OutboxTopics, producer_type):
     listener = ScriptedListener()
-    producer = TransactionProducer("g", listener, outbox_topics.settings())
+    producer = producer_type("g", listener, outbox_topics.settings())
     message = Message(outbox_topics.real_topic, b"v")
     with pytest.raises(ProducerNotStartedError, match="start"):
         producer.send_message_in_transaction(message, COMMIT)
@@ -89,9 +90,9 @@ def test_send_before_start_and_after_shutdown(outbox_topics: OutboxTopics):
 
 
 @pytest.mark.kafka
-def test_unreachable_broker_fails_start_in_bounded_time():
+def test_unreachable_broker_fails_start_in_bounded_time(producer_type):
     settings = ProducerSettings(bootstrap_servers="127.0.0.1:1", start_timeout_seconds=2)
-    producer = TransactionProducer("g", ScriptedListener(), settings)
+    producer = producer_type("g", ScriptedListener(), settings)
     started = time.monotonic()
     with pytest.raises(KafkaUnavailableError, match=r"cannot reach Kafka at 127\.0\.0\.1:1"):
         producer.start()
@@ -99,21 +100,25 @@ def test_unreachable_broker_fails_start_in_bounded_time():
 
 
 @pytest.mark.kafka
-def test_missing_outbox_topics_say_how_to_create_them(kafka_bootstrap, unique_prefix):
+def test_missing_outbox_topics_say_how_to_create_them(
+    kafka_bootstrap, unique_prefix, producer_type
+):
     settings = ProducerSettings(bootstrap_servers=kafka_bootstrap, topic_prefix=unique_prefix)
     with pytest.raises(TopicAdminError, match=f"outbox topics create --prefix {unique_prefix}"):
-        TransactionProducer("g", ScriptedListener(), settings).start()
+        producer_type("g", ScriptedListener(), settings).start()
 
 
 @pytest.mark.kafka
-def test_half_and_op_partition_mismatch_fails_start(kafka_bootstrap, kafka_admin, unique_prefix):
+def test_half_and_op_partition_mismatch_fails_start(
+    kafka_bootstrap, kafka_admin, unique_prefix, producer_type
+):
     names = TopicNames(unique_prefix)
     futures = kafka_admin.create_topics([NewTopic(names.half, 2, 1), NewTopic(names.op, 3, 1)])
     for future in futures.values():
         future.result(30)
     settings = ProducerSettings(bootstrap_servers=kafka_bootstrap, topic_prefix=unique_prefix)
     with pytest.raises(TopicMismatchError, match=r"2 partitions but .* has 3"):
-        TransactionProducer("g", ScriptedListener(), settings).start()
+        producer_type("g", ScriptedListener(), settings).start()
 
 
 def _invalid_messages(real: str, prefix: str) -> list[tuple[Message, str]]:
@@ -203,3 +208,16 @@ def test_a_message_whose_check_request_would_not_fit_is_refused(
     with pytest.raises(MessageTooLargeError, match="its check request would be about"):
         producer.send_message_in_transaction(Message(outbox_topics.real_topic, b"x" * room), COMMIT)
     assert listener.executed == []
+
+
+def test_listener_of_the_other_kind_is_refused():
+    """A blocking listener would stall the event loop; an async one would never be awaited."""
+    settings = ProducerSettings(bootstrap_servers="h:1")
+    with pytest.raises(
+        ListenerMissingError, match="an async listener needs AsyncTransactionProducer"
+    ):
+        TransactionProducer("g", Awaited(ScriptedListener()), settings)
+    with pytest.raises(
+        ListenerMissingError, match=r"not a coroutine function.*stall the event loop"
+    ):
+        AsyncTransactionProducer("g", ScriptedListener(), settings)

@@ -164,7 +164,7 @@ def test_malformed_check_request_does_not_block_the_next(producer, outbox_topics
     assert len(listener.checked) == 1
 
 
-def test_full_check_executor_loses_no_request(outbox_topics):
+def test_full_check_executor_loses_no_request(outbox_topics, producer_type):
     release = threading.Event()
 
     def slow_check(message: Message) -> LocalTransactionState:
@@ -173,7 +173,7 @@ def test_full_check_executor_loses_no_request(outbox_topics):
 
     listener = ScriptedListener(slow_check)
     settings = outbox_topics.settings(check_threads=1, check_queue_size=1)
-    with TransactionProducer("orders", listener, settings) as producer:
+    with producer_type("orders", listener, settings) as producer:
         sent = [
             producer.send_message_in_transaction(
                 Message(outbox_topics.real_topic, f"v{i}".encode()), UNKNOW
@@ -203,7 +203,7 @@ class FakeClock:
         return self.now
 
 
-def test_late_own_end_is_refused_and_left_to_the_check(outbox_topics):
+def test_late_own_end_is_refused_and_left_to_the_check(outbox_topics, producer_type):
     clock = FakeClock()
 
     def slow_commit(message: Message) -> LocalTransactionState:
@@ -215,7 +215,7 @@ def test_late_own_end_is_refused_and_left_to_the_check(outbox_topics):
         return LocalTransactionState.COMMIT_MESSAGE
 
     listener = ScriptedListener()
-    with TransactionProducer("orders", listener, outbox_topics.settings(), clock=clock) as producer:
+    with producer_type("orders", listener, outbox_topics.settings(), clock=clock) as producer:
         result = producer.send_message_in_transaction(
             Message(outbox_topics.real_topic, b"v"), slow_commit
         )
@@ -229,14 +229,14 @@ def test_late_own_end_is_refused_and_left_to_the_check(outbox_topics):
     assert [o.transaction_id for o in ops_of(outbox_topics)] == [on_time.transaction_id]
 
 
-def test_immunity_header_widens_the_direct_end_window(outbox_topics):
+def test_immunity_header_widens_the_direct_end_window(outbox_topics, producer_type):
     clock = FakeClock()
 
     def slow_commit(message: Message) -> LocalTransactionState:
         clock.now += 30
         return LocalTransactionState.COMMIT_MESSAGE
 
-    with TransactionProducer(
+    with producer_type(
         "orders", ScriptedListener(), outbox_topics.settings(), clock=clock
     ) as producer:
         message = Message(outbox_topics.real_topic, b"v", check_immunity_seconds=60)

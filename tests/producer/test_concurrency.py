@@ -157,7 +157,10 @@ def _ordered(records: list[RawRecord]) -> list[RawRecord]:
 
 
 def test_sixteen_threads_mixed_outcomes_land_exactly_once_in_order(
-    kafka_bootstrap: str, kafka_admin: AdminClient, unique_prefix: str
+    kafka_bootstrap: str,
+    kafka_admin: AdminClient,
+    unique_prefix: str,
+    producer_type,
 ) -> None:
     names = TopicNames(unique_prefix)
     real_topic = f"{unique_prefix}-events"
@@ -167,7 +170,7 @@ def test_sixteen_threads_mixed_outcomes_land_exactly_once_in_order(
     )
     settings = ProducerSettings(bootstrap_servers=kafka_bootstrap, topic_prefix=unique_prefix)
 
-    with TransactionProducer(GROUP, OutcomeListener(), settings) as producer:
+    with producer_type(GROUP, OutcomeListener(), settings) as producer:
         started = time.monotonic()
         sent = _send_all(producer, real_topic)
         send_seconds = time.monotonic() - started

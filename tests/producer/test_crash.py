@@ -25,7 +25,7 @@ from confluent_kafka.admin import AdminClient
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
 from outbox.protocol import HalfRecord, OpRecord, RawRecord, Resolution, TopicNames
 from outbox.reading import read_topic
-from tests.producer.crash_producer import BLOCK, COMMIT_THEN_BLOCK, GROUP
+from tests.producer.crash_producer import BLOCK, COMMIT_THEN_BLOCK, GROUP, KINDS
 
 pytestmark = pytest.mark.kafka
 
@@ -53,14 +53,14 @@ class CrashSetup:
 class ProducerProcess:
     """``crash_producer.py`` in a subprocess, its stdout lines readable with a timeout."""
 
-    def __init__(self, setup: CrashSetup, mode: str) -> None:
+    def __init__(self, setup: CrashSetup, mode: str, kind: str) -> None:
         env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join(
                 filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])
             ),
         }
-        self.stderr_path = setup.tmp_path / f"crash_producer-{mode}.stderr"
+        self.stderr_path = setup.tmp_path / f"crash_producer-{mode}-{kind}.stderr"
         self._stderr: IO[bytes] = self.stderr_path.open("wb")
         self.process = subprocess.Popen(
             [
@@ -70,6 +70,7 @@ class ProducerProcess:
                 setup.names.prefix,
                 setup.real_topic,
                 mode,
+                kind,
             ],
             cwd=REPO_ROOT,
             env=env,
@@ -139,13 +140,15 @@ def crash_setup(
     return CrashSetup(kafka_bootstrap, names, real_topic, tmp_path)
 
 
-@pytest.fixture
-def start_producer(crash_setup: CrashSetup) -> Iterator[Callable[[str], ProducerProcess]]:
-    """Starts ``crash_producer.py`` processes; kills any still alive at teardown."""
+@pytest.fixture(params=KINDS)
+def start_producer(
+    crash_setup: CrashSetup, request: pytest.FixtureRequest
+) -> Iterator[Callable[[str], ProducerProcess]]:
+    """Starts ``crash_producer.py`` processes, threaded or asyncio; kills any still alive."""
     started: list[ProducerProcess] = []
 
     def start(mode: str) -> ProducerProcess:
-        process = ProducerProcess(crash_setup, mode)
+        process = ProducerProcess(crash_setup, mode, request.param)
         started.append(process)
         return process
 

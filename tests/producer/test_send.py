@@ -84,9 +84,9 @@ def test_rollback_writes_one_rollback_op(producer, outbox_topics):
     assert real_topic_of(outbox_topics) == []
 
 
-def test_oneway_end_returns_at_once_and_its_op_arrives(outbox_topics):
+def test_oneway_end_returns_at_once_and_its_op_arrives(outbox_topics, producer_type):
     settings = outbox_topics.settings(end_oneway=True)
-    with TransactionProducer("orders", ScriptedListener(), settings) as producer:
+    with producer_type("orders", ScriptedListener(), settings) as producer:
         committed = producer.send_message_in_transaction(
             Message(outbox_topics.real_topic, b"c"), COMMIT
         )
@@ -191,7 +191,9 @@ def end_failures(reason: str) -> float:
 
 
 @pytest.mark.parametrize("oneway", [False, True], ids=["acknowledged", "oneway"])
-def test_op_lost_with_the_broker_is_reported_never_raised(own_kafka_broker, caplog, oneway):
+def test_op_lost_with_the_broker_is_reported_never_raised(
+    own_kafka_broker, caplog, oneway, producer_type
+):
     """The broker goes away during the local transaction: the op can never land.
 
     Acknowledged, the send says FAILED with the error; oneway, it has returned
@@ -217,7 +219,7 @@ def test_op_lost_with_the_broker_is_reported_never_raised(own_kafka_broker, capl
     before = end_failures(reason)
     with (
         caplog.at_level(logging.WARNING, logger="outbox.producer"),
-        TransactionProducer("orders", ScriptedListener(), settings) as producer,
+        producer_type("orders", ScriptedListener(), settings) as producer,
     ):
         result = producer.send_message_in_transaction(Message("events", b"v"), broker_dies)
         deadline = time.monotonic() + 30

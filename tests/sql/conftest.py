@@ -4,6 +4,11 @@ Each test gets its own log and business table names, so PostgreSQL tests share
 the session's server without seeing each other's rows. The log table is made
 by the migrations (``upgrade``), as in production; only the test's own
 business table comes from ``create_all``.
+
+The listener's tests run twice (``listener_kind``): on
+:class:`SqlTransactionListener`, and on :class:`AsyncSqlTransactionListener`
+over aiosqlite or async psycopg, driven from the test's thread
+(:class:`BlockingAsyncListener`), with the same business functions.
 """
 
 from __future__ import annotations
@@ -11,33 +16,90 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Session, sessionmaker
 
-from outbox import LocalTransactionState, Message
+from outbox import LocalTransactionState, Message, TransactionProducer
 from outbox.producer import _local_errors
-from outbox.sql import LogTarget, SqlTransactionListener, create_engine, downgrade, upgrade
+from outbox.sql import (
+    AsyncSqlTransactionListener,
+    LogTarget,
+    SqlTransactionListener,
+    create_async_engine,
+    create_engine,
+    downgrade,
+    upgrade,
+)
 from outbox.sql.log import transaction_log_table
-from tests.producer.conftest import OutboxTopics, outbox_topics, relay
+from tests.producer.conftest import EventLoopThread, OnLoop, OutboxTopics, outbox_topics, relay
 
 __all__ = ["OutboxTopics", "outbox_topics", "relay"]  # Kafka fixtures, for the producer tests here
 
 GROUP = "orders"
 
 
+def awaited_business(business: Callable[[Session, Message, Any], object]) -> Any:
+    """A sync business function as an async one: the same work, on the AsyncSession's session."""
+
+    async def run(session: AsyncSession, message: Message, arg: Any) -> object:
+        return await session.run_sync(lambda sync_session: business(sync_session, message, arg))
+
+    return run
+
+
+class BlockingAsyncListener:
+    """An :class:`AsyncSqlTransactionListener` with the sync listener's blocking methods."""
+
+    def __init__(self, listener: AsyncSqlTransactionListener, loop: EventLoopThread) -> None:
+        self.listener = listener
+        self.grace_seconds = listener.grace_seconds
+        self._loop = loop
+
+    def verify(self) -> None:
+        self._loop.run(self.listener.verify())
+
+    def execute_local_transaction(self, message: Message, arg: Any) -> LocalTransactionState:
+        return self._loop.run(self.listener.execute_local_transaction(message, arg))
+
+    def check_local_transaction(self, message: Message) -> LocalTransactionState:
+        return self._loop.run(self.listener.check_local_transaction(message))
+
+
 @dataclass
 class Database:
-    """One test's database: its engine, log table and a business ``orders`` table."""
+    """One test's database: its engine, log table and a business ``orders`` table.
+
+    ``kind`` says which listener :meth:`listener` makes: ``sync``, or ``async``
+    (on ``async_engine``, the same database through the asyncio driver).
+    """
 
     url: str
     engine: Engine
     target: LogTarget
     orders: sa.Table
+    kind: str = "sync"
+    _async: list[tuple[AsyncEngine, EventLoopThread]] = field(default_factory=list)
+
+    @property
+    def listener_engine(self) -> Engine:
+        """The (sync) engine the listener's sessions use: events registered here see them."""
+        return self._async_parts()[0].sync_engine if self.kind == "async" else self.engine
+
+    def _async_parts(self) -> tuple[AsyncEngine, EventLoopThread]:
+        if not self._async:
+            self._async.append((create_async_engine(self.url), EventLoopThread()))
+        return self._async[0]
+
+    def close_async(self) -> None:
+        for engine, loop in self._async:
+            loop.run(engine.dispose())
+            loop.close()
 
     @property
     def backend(self) -> str:
@@ -60,15 +122,22 @@ class Database:
             rows = connection.execute(sa.select(self.orders)).all()
         return {row.id: row.transaction_id for row in rows}
 
-    def listener(self, business: Callable[..., object] | None = None, **options: Any):
-        return SqlTransactionListener(
-            self.sessions,
-            business or self.insert_order,
-            group=GROUP,
-            table=self.target.table,
-            schema=self.target.schema,
-            **options,
+    def listener(self, business: Callable[..., object] | None = None, **options: Any) -> Any:
+        options = {"group": GROUP, "table": self.target.table, "schema": self.target.schema,
+                   **options}  # fmt: skip
+        if self.kind == "sync":
+            return SqlTransactionListener(self.sessions, business or self.insert_order, **options)
+        engine, loop = self._async_parts()
+        listener = AsyncSqlTransactionListener(
+            async_sessionmaker(engine), awaited_business(business or self.insert_order), **options
         )
+        return BlockingAsyncListener(listener, loop)
+
+    def producer(self, listener: Any, settings: Any) -> Any:
+        """A producer of this database's kind for ``listener`` (made by :meth:`listener`)."""
+        if self.kind == "sync":
+            return TransactionProducer(GROUP, listener, settings)
+        return OnLoop(GROUP, listener.listener, settings, loop=self._async_parts()[1])
 
     def insert_order(self, session: Session, message: Message, order: dict[str, Any]) -> None:
         """The business function of these tests: one order row, or the order's exception."""
@@ -89,18 +158,24 @@ def database_url(request: pytest.FixtureRequest) -> str:
     return request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "postgres_url")
 
 
-@pytest.fixture
-def database(database_url: str) -> Iterator[Database]:
-    yield from _database(database_url)
+@pytest.fixture(params=["sync", "async"])
+def listener_kind(request: pytest.FixtureRequest) -> str:
+    """Each listener test once per listener: SqlTransactionListener, AsyncSqlTransactionListener."""
+    return str(request.param)
 
 
 @pytest.fixture
-def pg_database(postgres_url: str) -> Iterator[Database]:
+def database(database_url: str, listener_kind: str) -> Iterator[Database]:
+    yield from _database(database_url, listener_kind)
+
+
+@pytest.fixture
+def pg_database(postgres_url: str, listener_kind: str) -> Iterator[Database]:
     """PostgreSQL only: for what SQLite cannot show (lost connections, real concurrency)."""
-    yield from _database(postgres_url)
+    yield from _database(postgres_url, listener_kind)
 
 
-def _database(url: str) -> Iterator[Database]:
+def _database(url: str, kind: str) -> Iterator[Database]:
     engine = create_engine(url)
     target = LogTarget(unique_name("log"))
     upgrade(engine, target=target)
@@ -111,9 +186,11 @@ def _database(url: str) -> Iterator[Database]:
         sa.Column("transaction_id", sa.String(128), nullable=False),
     )
     orders.create(engine)
+    database = Database(url, engine, target, orders, kind)
     try:
-        yield Database(url, engine, target, orders)
+        yield database
     finally:
+        database.close_async()
         orders.drop(engine, checkfirst=True)
         downgrade(engine, "base", target=target)
         with engine.begin() as connection:

@@ -12,9 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from outbox import EndStatus, LocalTransactionState, Message, TransactionProducer
+from outbox import EndStatus, LocalTransactionState, Message
 from outbox.protocol import OpRecord, Resolution
-from tests.sql.conftest import GROUP, Database, OutboxTopics
+from tests.sql.conftest import Database, OutboxTopics
 
 pytestmark = pytest.mark.kafka
 
@@ -52,8 +52,8 @@ def test_eight_threads_every_committed_row_has_exactly_one_commit_op(
     with (
         # No checker runs here: on a loaded machine a send slower than the default
         # direct-end window would be REFUSED_LATE and never finished. Widen it.
-        TransactionProducer(
-            GROUP, listener, outbox_topics.settings(transaction_timeout_seconds=50)
+        database.producer(
+            listener, outbox_topics.settings(transaction_timeout_seconds=50)
         ) as producer,
         ThreadPoolExecutor(THREADS) as pool,
     ):

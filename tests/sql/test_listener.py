@@ -104,7 +104,7 @@ def test_connection_lost_during_commit_is_unknown(pg_database: Database):
 
     def terminate_backend(connection):
         """Runs just before COMMIT is sent: kill this session's server process."""
-        pid = connection.connection.dbapi_connection.info.backend_pid
+        pid = connection.connection.driver_connection.info.backend_pid
         with killer.begin() as other:
             other.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
         deadline = time.monotonic() + 60
@@ -119,11 +119,11 @@ def test_connection_lost_during_commit_is_unknown(pg_database: Database):
 
     listener = database.listener()
     msg = message()
-    event.listen(database.engine, "commit", terminate_backend)
+    event.listen(database.listener_engine, "commit", terminate_backend)
     try:
         state, error = execute_as_send(listener, msg, {"id": "o-1"})
     finally:
-        event.remove(database.engine, "commit", terminate_backend)
+        event.remove(database.listener_engine, "commit", terminate_backend)
         killer.dispose()
     assert terminated, "the backend was not terminated before COMMIT"
     assert state is UNKNOW

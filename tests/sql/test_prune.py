@@ -19,6 +19,12 @@ from tests.sql.conftest import Database, execute_as_send, message
 DAY = 86400.0
 
 
+@pytest.fixture
+def listener_kind() -> str:
+    """Pruning is the same whichever listener wrote the rows: the sync one writes them here."""
+    return "sync"
+
+
 def write_rows(database: Database, count: int, age_seconds: float) -> set[str]:
     """``count`` committed transactions whose log rows are ``age_seconds`` old."""
     created = time.time() - age_seconds

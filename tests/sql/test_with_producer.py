@@ -19,7 +19,7 @@ def events(topics: OutboxTopics, isolation: str = "read_committed") -> list[Real
 
 
 def test_commit_publishes_the_event_with_both_rows(database: Database, outbox_topics, relay):
-    with TransactionProducer(GROUP, database.listener(), outbox_topics.settings()) as producer:
+    with database.producer(database.listener(), outbox_topics.settings()) as producer:
         result = producer.send_message_in_transaction(
             Message(outbox_topics.real_topic, b'{"id": "o-1"}', key="o-1"), {"id": "o-1"}
         )
@@ -36,7 +36,7 @@ def test_exception_rolls_back_keeps_the_error_and_publishes_nothing(
     database: Database, outbox_topics
 ):
     failure = ValueError("card declined")
-    with TransactionProducer(GROUP, database.listener(), outbox_topics.settings()) as producer:
+    with database.producer(database.listener(), outbox_topics.settings()) as producer:
         result = producer.send_message_in_transaction(
             Message(outbox_topics.real_topic, b"v", key="o-1"), {"id": "o-1", "fail": failure}
         )
@@ -51,6 +51,7 @@ def test_exception_rolls_back_keeps_the_error_and_publishes_nothing(
 
 
 @pytest.mark.postgres
+@pytest.mark.parametrize("listener_kind", ["sync"])  # the async check is the same rule (test_check)
 @pytest.mark.parametrize("committed", [True, False], ids=["committed", "never-committed"])
 def test_check_back_is_answered_from_the_database(
     pg_database: Database, outbox_topics, relay, committed: bool

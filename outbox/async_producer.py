@@ -1,0 +1,200 @@
+"""``AsyncTransactionProducer``: the transactional send for asyncio services (FastAPI, ...).
+
+The threaded producer blocks its caller while it waits for the half's and the
+op's acknowledgements, which would freeze an event loop. This one carries out
+the very same send (:meth:`TransactionProducer._send_flow`: validation, the
+writes, the outcome, the result) on the loop instead: it awaits the futures
+that the Kafka client's delivery thread completes, and awaits the listener's
+coroutines. So there is one Kafka client, the same settings, the same results
+and the same errors; only the waiting differs.
+
+Check-backs arrive on the check responder's threads. Each hands the question
+to the loop the producer was started on (``run_coroutine_threadsafe``), waits
+for the listener's answer there, and writes the answer's op from its own
+thread: the listener only ever runs on the application's loop, and no op
+write is awaited on it.
+
+A cancelled send (its client went away) stops where it is, as a crash would:
+a half already written and not ended is resolved by the check-back, an op
+already handed over is still delivered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor
+from functools import partial
+from types import TracebackType
+from typing import Any, Protocol, Self
+
+from outbox.acked_writer import QueueFullError, not_acknowledged
+from outbox.errors import ProducerNotStartedError
+from outbox.message import LocalTransactionState, Message, TransactionSendResult
+from outbox.producer import (
+    Acknowledged,
+    FittingHalf,
+    LocalTransaction,
+    Step,
+    TopicLookup,
+    TransactionProducer,
+    Write,
+    drive,
+)
+from outbox.settings import ProducerSettings
+
+log = logging.getLogger(__name__)
+
+
+class AsyncTransactionListener(Protocol):
+    """The application's side of a transaction, as coroutines run on its event loop."""
+
+    async def execute_local_transaction(self, message: Message, arg: Any) -> LocalTransactionState:
+        """Run the local transaction of ``message``; say whether it committed.
+
+        As :meth:`outbox.producer.TransactionListener.execute_local_transaction`:
+        an exception counts as UNKNOW, and
+        :func:`~outbox.producer.record_local_transaction_error` keeps an error
+        on the result of a send answered ROLLBACK_MESSAGE.
+        """
+        ...
+
+    async def check_local_transaction(self, message: Message) -> LocalTransactionState:
+        """Say whether the local transaction of ``message`` committed (check-back)."""
+        ...
+
+
+class _LoopProducer(TransactionProducer):
+    """The threaded producer, asking its (async) listener's checks on the application's loop."""
+
+    _awaits_listener = True
+    loop: asyncio.AbstractEventLoop | None = None
+
+    def _ask_listener(self, message: Message) -> object:
+        if self.loop is None:
+            raise ProducerNotStartedError("a check arrived before the producer had a loop")
+        answer = asyncio.run_coroutine_threadsafe(
+            self.listener.check_local_transaction(message), self.loop
+        )
+        # Past the request's time to live the checker has asked again, so a
+        # later answer is worth nothing; the thread is freed for the next one.
+        ttl = self.config.check_request_ttl_seconds
+        try:
+            return answer.result(ttl)
+        except TimeoutError:
+            answer.cancel()
+            log.warning(
+                "check_local_transaction took over %gs on the event loop; answering UNKNOW "
+                "transaction_id=%s",
+                ttl,
+                message.transaction_id,
+            )
+            return LocalTransactionState.UNKNOW
+
+
+class AsyncTransactionProducer:
+    """Sends messages whose publication is tied to a local transaction, from an event loop.
+
+    ``await send_message_in_transaction(message, arg)`` never blocks the loop;
+    any number of tasks may send at once. Start it (``async with``, or
+    :meth:`start`) on the loop that will send: check-backs are answered there.
+    """
+
+    def __init__(
+        self,
+        group: str,
+        listener: AsyncTransactionListener,
+        config: ProducerSettings | None = None,
+        check_executor: Executor | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._core = _LoopProducer(group, listener, config, check_executor, clock=clock)
+        self.group = group
+        self.listener = listener
+        self.config = self._core.config
+        self.topics = self._core.topics
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> Self:
+        """Connect, check the outbox topics, and start answering check requests on this loop.
+
+        The connecting waits for the cluster, so it runs on a worker thread.
+        """
+        loop = asyncio.get_running_loop()
+        self._core.loop = loop
+        await loop.run_in_executor(None, self._core.start)
+        return self
+
+    async def shutdown(self, timeout: float = 30.0) -> None:
+        """Refuse new sends, finish those under way, deliver queued oneway ops, close.
+
+        Idempotent. Runs on a worker thread, so that the loop stays free to
+        finish the sends under way and to answer the checks in hand.
+        """
+        await asyncio.get_running_loop().run_in_executor(None, self._core.shutdown, timeout)
+
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.shutdown()
+
+    # ------------------------------------------------------------------ sending
+
+    async def send_message_in_transaction(
+        self, message: Message, arg: Any = None
+    ) -> TransactionSendResult:
+        """As :meth:`TransactionProducer.send_message_in_transaction`, awaiting instead of blocking.
+
+        Same result, same errors: the half written and acknowledged, the
+        listener's local transaction awaited, its decision written as an op.
+        """
+        with self._core._admitted():
+            return await drive(self._core._send_flow(message, arg), self._take)
+
+    def _take(self, step: Step) -> Any:
+        """What ``step`` gives the flow: at once, or an awaitable the loop waits on."""
+        core = self._core
+        assert core._catalog and core._limits and core._writer
+        if isinstance(step, TopicLookup):
+            known = core._catalog.known(step.topic)
+            return known if known is not None else _in_thread(core._catalog.get, step.topic)
+        if isinstance(step, FittingHalf):
+            fitting = partial(
+                core._limits.fitting_half_record, step.half, core.topics, step.half_partition
+            )
+            used = core._limits.topics_used(step.half, core.topics)
+            return fitting() if all(map(core._catalog.known, used)) else _in_thread(fitting)
+        if isinstance(step, Write):
+            try:
+                return core._writer.submit_nowait(step.record, step.failure)
+            except QueueFullError:
+                # Rare (the client's queue holds 100,000 records): wait for room off the loop.
+                return _in_thread(core._writer.submit, step.record, step.deadline, step.failure)
+        if isinstance(step, Acknowledged):
+            return _acknowledged(step)
+        assert isinstance(step, LocalTransaction)
+        return self.listener.execute_local_transaction(step.message, step.arg)
+
+
+def _in_thread(function: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+    return asyncio.get_running_loop().run_in_executor(None, partial(function, *args))
+
+
+async def _acknowledged(step: Acknowledged) -> tuple[int, int]:
+    """The write's (partition, offset), awaited until its deadline."""
+    write = step.write
+    try:
+        async with asyncio.timeout(max(0.0, write.deadline - time.monotonic())):
+            return await asyncio.wrap_future(step.acknowledgement)
+    except TimeoutError:
+        raise not_acknowledged(write.record, write.timeout, write.failure) from None
