@@ -112,9 +112,11 @@ def test_64_concurrent_sends_never_block_the_loop(outbox_topics: OutboxTopics) -
         f" loop lag while sending {lag_figures(lags)}; idle loop {lag_figures(idle)}"
     )
     # A blocking send would hold the loop for a whole send: the probe would wake
-    # a send's latency late, and seldom. The tail is left to the scheduler of a
-    # shared machine (another process can delay this thread too): reported, not asserted.
-    assert statistics.median(lags) < send_p50 / 10
+    # at least a send's latency late, and seldom. The 64 tasks' own bursts of work
+    # (building records) delay it by a few ms on a busy machine (2.7 ms against
+    # 17.5 ms sends in one loaded run), so the bound is a quarter of a send. The
+    # tail is left to the scheduler of a shared machine: reported, not asserted.
+    assert statistics.median(lags) < send_p50 / 4
     assert len(lags) >= 50
 
 
