@@ -37,8 +37,24 @@ class HalfLookup:
         self._cache: OrderedDict[tuple[int, int], RawRecord] = OrderedDict()
 
     def fetch(self, partition: int, offsets: Iterable[int]) -> dict[int, RawRecord]:
-        """The halves stored at ``offsets``; an offset with no half there is left out."""
+        """The halves stored at ``offsets``; an offset with no half there is left out.
+
+        An offset the first reading missed is read once more with a fresh
+        cursor before it is reported missing: a cursor that stood at the end
+        of its partition only takes a short look for what came since (0.1 s),
+        and right after a broker restart or freeze that look can come back
+        empty although the half is there (a committed transaction was then
+        discarded as unpublishable, "its half is not in the half topic").
+        """
         wanted = sorted(set(offsets))
+        found = self._read(partition, wanted)
+        missing = [offset for offset in wanted if offset not in found]
+        if missing:
+            self.forget(partition)
+            found.update(self._read(partition, missing))
+        return found
+
+    def _read(self, partition: int, wanted: list[int]) -> dict[int, RawRecord]:
         found: dict[int, RawRecord] = {}
         missing = []
         for offset in wanted:

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 from outbox.config import kafka_client_config
 from outbox.protocol import (
-    DiscardRecord,
     HalfRecord,
+    Header,
     OpRecord,
     RawRecord,
     RealRecord,
@@ -59,7 +59,10 @@ def read_topic_state(bootstrap: str, topics: TopicNames, real_topics: Iterable[s
     state.ops = [OpRecord.from_record(raw) for raw in records(topics.op)]
     for raw in records(topics.discard):
         if raw.kind() is RecordKind.DISCARD:
-            state.discarded.add(DiscardRecord.from_record(raw).original_half().transaction_id)
+            # Read leniently: a discard may stand in for a half that could not be read.
+            transaction_id = raw.header_text(Header.TRANSACTION_ID.value)
+            if transaction_id:
+                state.discarded.add(transaction_id)
     for topic in real_topics:
         state.real.update(RealRecord.from_record(raw).transaction_id for raw in records(topic))
     return state
