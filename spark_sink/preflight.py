@@ -230,7 +230,8 @@ def check_paths(settings: SinkSettings) -> None:
     """Output and checkpoint writable (local ones), checkpoint intact."""
     check_writable_dir(settings.output, "output", OutputPathError)
     check_checkpoint(settings.checkpoint)
-    check_table_belongs_to_checkpoint(settings.output, settings.checkpoint)
+    if not settings.is_delta:  # a Delta table is checked against its own log when it starts
+        check_table_belongs_to_checkpoint(settings.output, settings.checkpoint)
     check_writable_dir(settings.checkpoint, "checkpoint", CheckpointError)
     output, checkpoint = local_path(settings.output), local_path(settings.checkpoint)
     if output is not None and checkpoint is not None:
