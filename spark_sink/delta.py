@@ -71,9 +71,7 @@ def prepare_table(spark: SparkSession, settings: SinkSettings, schema: StructTyp
     from pyspark.sql.types import StructField, StructType
 
     delta_table = _delta_tables()
-    if not spark.conf.get("spark.sql.extensions", "") or "Delta" not in spark.conf.get(
-        "spark.sql.extensions", ""
-    ):
+    if "DeltaSparkSessionExtension" not in (spark.conf.get("spark.sql.extensions", "") or ""):
         raise SparkJarsError(
             "this Spark session has no Delta Lake extension; pass --packages "
             f"{delta_coordinates()} and --conf spark.sql.extensions="
