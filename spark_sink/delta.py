@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING
 
 from spark_sink.errors import CheckpointError, OutputPathError, SparkJarsError
 from spark_sink.jars import delta_coordinates
-from spark_sink.preflight import local_path
+from spark_sink.job import DEDUP_KEY, PARTITION_COLUMNS, dedup_key
+from spark_sink.preflight import has_entries, local_path
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -57,15 +58,6 @@ def _columns(schema: StructType) -> dict[str, str]:
     return {f.name: f.dataType.simpleString() for f in schema.fields}
 
 
-def _has_files(location: str) -> bool:
-    path = local_path(location)
-    return (
-        path is not None
-        and path.is_dir()
-        and any(not p.name.startswith(".outbox-sink-probe-") for p in path.iterdir())
-    )
-
-
 def prepare_table(spark: SparkSession, settings: SinkSettings, schema: StructType) -> None:
     """Create the table, or check that an existing one is the sink's kind of table."""
     from pyspark.sql.types import StructField, StructType
@@ -77,9 +69,10 @@ def prepare_table(spark: SparkSession, settings: SinkSettings, schema: StructTyp
             f"{delta_coordinates()} and --conf spark.sql.extensions="
             "io.delta.sql.DeltaSparkSessionExtension to spark-submit"
         )
-    partitions = ["topic", "date"]
+    partitions = list(PARTITION_COLUMNS)
     if not delta_table.isDeltaTable(spark, settings.output):
-        if _has_files(settings.output):
+        output = local_path(settings.output)
+        if output is not None and has_entries(output):
             raise OutputPathError(
                 f"output {settings.output} holds files but is not a Delta table (no _delta_log); "
                 "point --output at an empty directory or a Delta table the sink wrote"
@@ -137,7 +130,7 @@ class DeltaBatchWriter:
     settings: SinkSettings
     app_id: str | None = None
     inserted: dict[int, int] = field(default_factory=dict)
-    """Rows each MERGE inserted, by batch id (the rest of the batch were copies)."""
+    """Rows each MERGE inserted, by batch id (the rest were copies), until reported."""
     _ready: threading.Event = field(default_factory=threading.Event)
 
     def started(self, query_id: str) -> None:
@@ -165,14 +158,15 @@ class DeltaBatchWriter:
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
-        from spark_sink.job import DEDUP_KEY, dedup_key
-
         spark = batch.sparkSession
         source = (
             batch.withColumn(DEDUP_KEY, dedup_key())
             .dropDuplicates([DEDUP_KEY])
             .drop(DEDUP_KEY)
-            .persist(StorageLevel.MEMORY_AND_DISK)
+            # Read from Kafka once (it is read twice: the earliest date, the MERGE) and
+            # counted once by the observed metrics. On disk: a backlog's first batch can be
+            # far bigger than the heap (1 GB for a million 1 KiB events).
+            .persist(StorageLevel.DISK_ONLY)
         )
         try:
             earliest = source.agg(F.min("date")).first()

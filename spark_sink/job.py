@@ -374,7 +374,7 @@ class SinkRun:
             batch = BatchProgress.from_progress(raw)
             position = self._position(raw)
             if self.batches is not None and batch.batch_id in self.batches.inserted:
-                batch = batch.with_written(self.batches.inserted[batch.batch_id])
+                batch = batch.with_written(self.batches.inserted.pop(batch.batch_id))
             if not self._is_new(position):
                 continue
             self._reported[position[0]] = position[1]
