@@ -23,9 +23,9 @@ install: $(INSTALLED)
 kafka-jars: install
 	$(BIN)/outbox dev kafka fetch
 
-# Spark's Kafka source (spark-sql-kafka-0-10) for the sink, resolved with Maven once.
+# Spark's Kafka source (spark-sql-kafka-0-10) and Delta Lake for the sink, resolved with Maven once.
 spark-jars: install
-	$(BIN)/outbox dev spark fetch
+	$(BIN)/outbox dev spark fetch --delta
 
 demo: kafka-jars spark-jars
 	$(BIN)/outbox demo

@@ -5,10 +5,15 @@ local Spark driver (``--master``, default ``local[*]``), with the sink's
 default settings (RocksDB state, Parquet, 8 state partitions):
 
 * **throughput** (``--once``): ``--events`` real records of ``--value-bytes``
-  (default 100 000 of 1 KiB) are put on a fresh topic first, then one
-  available-now run of the sink writes them to Parquet; rows per second is the
-  event count over that run's wall time (query start to finish, planning and
-  the no-data batch included, driver start-up not). The records are written
+  (default 1 000 000 of 1 KiB) are put on a fresh topic first, then
+  available-now runs over them, each into a new table: the sink with its
+  defaults in a fresh driver (cold), a **plain Spark job** (Spark's Kafka source
+  → Parquet, no header parsing, no de-duplication, no partitioning: what
+  ingestion costs without the sink), and the sink in each ``--modes`` entry
+  (format/dedup) in the warmed-up driver. Rows per second is the event count
+  over a run's wall time (query start to finish, planning and the no-data batch
+  included, driver start-up not); ``ratio`` is the sink's default mode over the
+  plain job. The records are written
   the way a commit writes them (real topic, ``outbox-transaction-id`` and
   ``outbox-producer-group`` headers, inside Kafka transactions) but straight
   from a transactional producer, because the sink only ever sees the real
@@ -94,11 +99,16 @@ class Options:
     json_path: Path | None
     """``None``: not written (``bench.all`` keeps the document in its own)."""
     keep_dir: bool
+    modes: tuple[str, ...] = ()
+
+
+DEFAULT_MODES = ("parquet/window", "parquet/off", "delta/merge", "delta/off")
+"""The sink's format/dedup pairs timed against the plain job; the first is the default."""
 
 
 @dataclass
 class OnceRun:
-    """One ``--once`` run of the sink over the loaded topic."""
+    """One ``--once`` run of the sink (or of the plain job) over the loaded topic."""
 
     jvm: str
     run_seconds: float
@@ -123,10 +133,17 @@ class Throughput:
     load_seconds: float
     cold: OnceRun
     warm: OnceRun
+    """The sink's default mode in the warmed-up driver: the first of ``modes``."""
+    plain: OnceRun
+    modes: list[OnceRun] = field(default_factory=list)
 
     @property
     def rows_per_s(self) -> float:
         return self.warm.rows_per_s
+
+    @property
+    def ratio(self) -> float:
+        return self.warm.rows_per_s / self.plain.rows_per_s if self.plain.rows_per_s else 0.0
 
 
 @dataclass
@@ -246,10 +263,10 @@ def load_events(bootstrap: str, topic: str, count: int, value_bytes: int) -> flo
     return time.monotonic() - began
 
 
-def table_ids(spark: Any, path: str) -> list[str]:
-    return [
-        row.transaction_id for row in spark.read.parquet(path).select("transaction_id").collect()
-    ]
+def table_ids(
+    spark: Any, path: str, fmt: str = "parquet", column: str = "transaction_id"
+) -> list[Any]:
+    return [row[0] for row in spark.read.format(fmt).load(path).select(column).collect()]
 
 
 # --------------------------------------------------------------------------- throughput
@@ -276,12 +293,67 @@ def measure_throughput(
     load_seconds = load_events(bootstrap, topic, options.events, options.value_bytes)
     console.print(f"    loaded in {load_seconds:.1f}s", highlight=False)
 
-    runs = [
-        once_run(console, spark, options, bootstrap, topic, work / jvm, broker_pid, jvm)
-        for jvm in ("cold", "warm")
+    cold = once_run(console, spark, options, bootstrap, topic, work / "cold", broker_pid, "cold")
+    plain = plain_run(console, spark, bootstrap, topic, work / "plain", broker_pid)
+    modes = [
+        once_run(console, spark, options, bootstrap, topic, work / mode, broker_pid, "warm", mode)
+        for mode in options.modes
     ]
     return Throughput(
-        events=options.events, load_seconds=round(load_seconds, 2), cold=runs[0], warm=runs[1]
+        events=options.events,
+        load_seconds=round(load_seconds, 2),
+        cold=cold,
+        warm=modes[0],
+        plain=plain,
+        modes=modes,
+    )
+
+
+def plain_run(
+    console: Console, spark: Any, bootstrap: str, topic: str, work: Path, broker_pid: int | None
+) -> OnceRun:
+    """Plain Spark ingestion of ``topic``: what the sink is measured against.
+
+    Spark's Kafka source (read_committed, as the topic is transactional; headers
+    kept as they come) straight into Parquet, with an available-now trigger like
+    the sink's ``--once``: no header map, no de-duplication, no partitioning.
+    """
+    from spark_sink.progress import progress_dict
+
+    table = work / "table"
+    console.print("[bold cyan]==>[/] plain Spark job: Kafka → Parquet (warm JVM)", highlight=False)
+    with cpu_usage({"spark": _jvm_pid(spark), "broker": broker_pid}) as cpu:
+        began = time.monotonic()
+        query = (
+            spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", topic)
+            .option("startingOffsets", "earliest")
+            .option("kafka.isolation.level", "read_committed")
+            .option("includeHeaders", "true")
+            .load()
+            .writeStream.format("parquet")
+            .option("path", str(table))
+            .option("checkpointLocation", str(work / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+        run_seconds = time.monotonic() - began
+    batches = [progress_dict(p) for p in query.recentProgress]
+    rows = sum(int(b.get("numInputRows") or 0) for b in batches)
+    offsets = table_ids(spark, str(table), column="offset")
+    console.print(f"    {rows:,} rows in {run_seconds:.1f}s", highlight=False)
+    return OnceRun(
+        jvm="plain",
+        run_seconds=round(run_seconds, 2),
+        rows_per_s=round(rows / run_seconds, 1),
+        batches=len(batches),
+        rows_written=rows,
+        batch_seconds=[round(int(b.get("batchDuration") or 0) / 1000, 2) for b in batches],
+        table_rows=len(offsets),
+        table_distinct_ids=len(offsets),
+        cpu=cpu,
     )
 
 
@@ -294,6 +366,7 @@ def once_run(
     work: Path,
     broker_pid: int | None,
     jvm: str,
+    mode: str = DEFAULT_MODES[0],
 ) -> OnceRun:
     """``outbox sink --once`` over ``topic`` into a new table, timed from start to finish.
 
@@ -304,6 +377,7 @@ def once_run(
     from spark_sink import BatchProgress, run_sink
     from spark_sink.settings import SinkSettings
 
+    table_format, dedup = mode.split("/")
     settings = SinkSettings(
         bootstrap_servers=bootstrap,
         topics=(topic,),
@@ -312,6 +386,8 @@ def once_run(
         once=True,
         shuffle_partitions=options.shuffle_partitions,
         topic_prefix=PREFIX,
+        format=table_format,
+        dedup=dedup,
     )
     batches: list[BatchProgress] = []
 
@@ -319,14 +395,14 @@ def once_run(
         batches.append(batch)
         console.print(f"    {batch.line()}", highlight=False)
 
-    console.print(f"[bold cyan]==>[/] sink --once into Parquet ({jvm} JVM)", highlight=False)
+    console.print(f"[bold cyan]==>[/] sink --once, {mode} ({jvm} JVM)", highlight=False)
     with cpu_usage({"spark": _jvm_pid(spark), "broker": broker_pid}) as cpu:
         began = time.monotonic()
         summary = run_sink(settings, spark, on_progress=report)
         run_seconds = time.monotonic() - began
-    ids = table_ids(spark, settings.output)
+    ids = table_ids(spark, settings.output, table_format)
     return OnceRun(
-        jvm=jvm,
+        jvm=f"{jvm} {mode}",
         run_seconds=round(run_seconds, 2),
         rows_per_s=round(summary.rows_written / run_seconds, 1),
         batches=summary.batches,
@@ -551,7 +627,8 @@ def _run_against(console: Console, options: Options, bootstrap: str, broker_pid:
     print_last_line(
         console,
         f"bench-sink: rows_per_s={report.throughput.rows_per_s:.0f} "
-        f"delay_p50_ms={fmt(delay.delay_p50_ms)} delay_p99_ms={fmt(delay.delay_p99_ms)}",
+        f"plain_rows_per_s={report.throughput.plain.rows_per_s:.0f} "
+        f"ratio={report.throughput.ratio:.2f} delay_p99_ms={fmt(delay.delay_p99_ms)}",
     )
     return 0 if report.ok else 1
 
@@ -568,7 +645,7 @@ def measure(console: Console, options: Options, bootstrap: str, broker_pid: int 
     ensure_spark_kafka_jars()
     console.print(f"[bold cyan]==>[/] starting Spark ({options.master})", highlight=False)
     started = time.monotonic()
-    spark = create_session(options.master, "bench-sink", {"spark.ui.enabled": "false"})
+    spark = create_session(options.master, "bench-sink", {"spark.ui.enabled": "false"}, delta=True)
     session_seconds = time.monotonic() - started
     console.print(f"    Spark {spark.version} up in {session_seconds:.1f}s", highlight=False)
     work = Path(tempfile.mkdtemp(prefix="bench-sink-"))
@@ -590,7 +667,7 @@ def measure(console: Console, options: Options, bootstrap: str, broker_pid: int 
     console.print(results_table(throughput, delay, options))
     exact_once = all(
         run.exactly_once and run.rows_written == options.events
-        for run in (throughput.cold, throughput.warm)
+        for run in (throughput.cold, throughput.plain, *throughput.modes)
     )
     exact_live = delay.exactly_once
     document = {
@@ -607,6 +684,7 @@ def measure(console: Console, options: Options, bootstrap: str, broker_pid: int 
             "trigger": options.trigger,
             "master": options.master,
             "shuffle_partitions": options.shuffle_partitions,
+            "modes": list(options.modes),
             "local_broker": options.bootstrap_servers is None,
         },
         "environment": {
@@ -617,11 +695,15 @@ def measure(console: Console, options: Options, bootstrap: str, broker_pid: int 
             "kafka": KAFKA_VERSION,
             "spark_session_start_seconds": round(session_seconds, 1),
         },
-        "throughput": asdict(throughput) | {"rows_per_s": throughput.rows_per_s},
+        "throughput": asdict(throughput)
+        | {"rows_per_s": throughput.rows_per_s, "ratio": throughput.ratio},
         "delay": asdict(delay),
         "verification": {"once_exactly_once": exact_once, "live_exactly_once": exact_live},
         "summary": {
             "rows_per_s": throughput.rows_per_s,
+            "plain_rows_per_s": throughput.plain.rows_per_s,
+            "ratio": round(throughput.ratio, 3),
+            "rows_per_s_by_mode": {run.jvm: run.rows_per_s for run in throughput.modes},
             "rows_per_s_cold_jvm": throughput.cold.rows_per_s,
             "delay_p50_ms": delay.delay_p50_ms,
             "delay_p99_ms": delay.delay_p99_ms,
@@ -637,7 +719,12 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         prog="python -m bench.sink",
         description="Spark sink: rows/s into Parquet (--once), commit-to-row delay (continuous).",
     )
-    parser.add_argument("--events", type=int, default=100_000, help="events for the --once run")
+    parser.add_argument("--events", type=int, default=1_000_000, help="events, --once runs")
+    parser.add_argument(
+        "--modes",
+        default=",".join(DEFAULT_MODES),
+        help="format/dedup pairs of the sink to time, comma-separated; the first is the ratio's",
+    )
     parser.add_argument("--value-bytes", type=int, default=1024)
     parser.add_argument("--partitions", type=int, default=8, help="partitions of the topics")
     parser.add_argument("--rate", type=float, default=100.0, help="events/s in the delay run")
@@ -656,6 +743,10 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         parser.error("--events, --value-bytes, --partitions and --live-senders must be positive")
     if args.rate <= 0 or args.live_seconds <= 0:
         parser.error("--rate and --live-seconds must be positive")
+    modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
+    known = {"parquet/window", "parquet/off", "delta/window", "delta/merge", "delta/off"}
+    if not modes or set(modes) - known:
+        parser.error(f"--modes takes format/dedup pairs among {', '.join(sorted(known))}")
     return Options(
         events=args.events,
         value_bytes=args.value_bytes,
@@ -669,6 +760,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         bootstrap_servers=args.bootstrap_servers,
         json_path=args.json_path,
         keep_dir=args.keep_dir,
+        modes=modes,
     )
 
 

@@ -30,7 +30,7 @@ def results_table(throughput: Throughput, delay: Delay, options: Options) -> Tab
     )
     for column in ("measurement", "value", "detail"):
         table.add_column(column, justify="right" if column == "value" else "left")
-    for run in (throughput.warm, throughput.cold):
+    for run in (throughput.plain, *throughput.modes, throughput.cold):
         ok = run.exactly_once and run.rows_written == throughput.events
         table.add_row(
             f"--once rows/s ({run.jvm})",
@@ -53,4 +53,9 @@ def results_table(throughput: Throughput, delay: Delay, options: Options) -> Tab
         f"table {delay.table_rows:,} rows ({'exactly once' if ok_live else 'MISMATCH'})",
     )
     table.add_row("  cpu % of a core", "", _cpu(delay.cpu))
+    table.add_row(
+        "ratio to plain Spark",
+        f"{throughput.ratio:.2f}",
+        f"sink {throughput.warm.jvm} over the plain job, both warm",
+    )
     return table

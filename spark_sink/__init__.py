@@ -3,7 +3,8 @@
 * :func:`read_outbox_events`: the committed events as a typed DataFrame, for any
   Spark job (:mod:`spark_sink.reader`);
 * :func:`run_sink` / :func:`start_sink`: the ready job, de-duplicating by
-  transaction id into a Parquet table (:mod:`spark_sink.job`), also ``outbox sink``;
+  transaction id into a Parquet table (:mod:`spark_sink.job`) or a Delta Lake
+  table (:mod:`spark_sink.delta`), also ``outbox sink``;
 * :class:`SinkSettings`: its settings, every field an ``OUTBOX_SINK_*`` variable.
 
 Names are imported on first use, so ``import spark_sink`` (and the ``outbox``

@@ -34,18 +34,27 @@ def register_fetch(app: typer.Typer) -> None:
 
 
 @spark_app.command()
-def fetch() -> None:
+def fetch(
+    delta: bool = typer.Option(False, "--delta", help="also Delta Lake's jars (--format delta)"),
+) -> None:
     """Only resolve the Spark Kafka source jars into the cache (for CI images and offline work)."""
-    from spark_sink.jars import connector_coordinates, ensure_spark_kafka_jars, spark_kafka_jars
+    from spark_sink import jars as spark_jars
 
     try:
-        libs = ensure_spark_kafka_jars()
-        jars = spark_kafka_jars(libs)
+        libs = spark_jars.ensure_spark_kafka_jars()
+        jars = spark_jars.spark_kafka_jars(libs)
+        delta_libs = spark_jars.ensure_delta_jars() if delta else None
+        delta_jars = spark_jars.delta_jars(delta_libs) if delta_libs else []
     except SparkJarsError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from exc
-    typer.echo(f"{connector_coordinates()}: {len(jars)} jars beyond pyspark's own", err=True)
+    coordinates = spark_jars.connector_coordinates()
+    typer.echo(f"{coordinates}: {len(jars)} jars beyond pyspark's own", err=True)
     typer.echo(str(libs))
+    if delta_libs is not None:
+        coordinates = spark_jars.delta_coordinates()
+        typer.echo(f"{coordinates}: {len(delta_jars)} jars beyond pyspark's own", err=True)
+        typer.echo(str(delta_libs))
 
 
 SINK_FLAGS: FlagNames = {
@@ -60,8 +69,10 @@ SINK_FLAGS: FlagNames = {
 
 SINK_HELP = """Land the committed events of real topics in a table, de-duplicated by transaction id.
 
-Reads with read_committed, drops later copies of a transaction id seen within
---dedup-window, and writes Parquet (or --format) partitioned by topic and date.
+Reads with read_committed and writes Parquet (or --format, e.g. delta)
+partitioned by topic and date. --dedup window drops later copies of a
+transaction id seen within --dedup-window; merge (Delta) recognises a copy
+against the whole table; off keeps every record.
 Prints one line per micro-batch and a summary line last."""
 
 
@@ -83,10 +94,14 @@ def register(app: typer.Typer) -> None:
 def describe(settings: SinkSettings) -> str:
     source = f"topics {','.join(settings.topics)}" if settings.topics else f"/{settings.pattern}/"
     mode = "once (available now)" if settings.once else f"every {settings.trigger:g}s"
+    dedup = {
+        "window": f"dedup window {settings.dedup_window:g}s",
+        "merge": f"dedup merge (lookback {settings.dedup_lookback:g}s)",
+        "off": "no dedup",
+    }[settings.dedup_mode]
     return (
         f"sink: {source} from {settings.bootstrap_servers} -> {settings.format} "
-        f"{settings.output} (checkpoint {settings.checkpoint}), {mode}, "
-        f"dedup window {settings.dedup_window:g}s"
+        f"{settings.output} (checkpoint {settings.checkpoint}), {mode}, {dedup}"
     )
 
 

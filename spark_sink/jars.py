@@ -91,15 +91,68 @@ def spark_jars_dir() -> Path | None:
     return jars if jars.is_dir() else None
 
 
+def beyond_spark(libs: Path) -> list[Path]:
+    """The jars in ``libs`` whose artifact the local Spark does not already ship."""
+    shipped_dir = spark_jars_dir()
+    shipped = {artifact_name(p.name) for p in shipped_dir.glob("*.jar")} if shipped_dir else set()
+    return sorted(p for p in libs.glob("*.jar") if artifact_name(p.name) not in shipped)
+
+
 def spark_kafka_jars(libs: Path | None = None) -> list[Path]:
     """The connector's jars minus every artifact the local Spark already ships."""
     libs = libs or ensure_spark_kafka_jars()
-    shipped_dir = spark_jars_dir()
-    shipped = {artifact_name(p.name) for p in shipped_dir.glob("*.jar")} if shipped_dir else set()
-    jars = sorted(p for p in libs.glob("*.jar") if artifact_name(p.name) not in shipped)
+    jars = beyond_spark(libs)
     if not any(p.name.startswith(CONNECTOR_ARTIFACT) for p in jars):
         raise SparkJarsError(
             f"no {CONNECTOR_ARTIFACT} jar in {libs}; run `outbox dev spark fetch` "
+            f"(or delete {libs.parent} to resolve it again)"
+        )
+    return jars
+
+
+# ------------------------------------------------------------------ Delta Lake
+
+DELTA_ARTIFACT = f"delta-spark_4.2_{SCALA_VERSION}"
+DELTA_VERSION_ENV = "OUTBOX_SPARK_DELTA_VERSION"
+DELTA_DEFAULT_VERSION = "4.4.0"
+"""The Delta Lake release built for Spark 4.2 (its artifact names the Spark line)."""
+
+
+def delta_version() -> str:
+    """Delta's jar version: the installed ``delta-spark`` Python package's, so the two agree."""
+    if os.environ.get(DELTA_VERSION_ENV):
+        return os.environ[DELTA_VERSION_ENV]
+    try:
+        return importlib.metadata.version("delta-spark")
+    except importlib.metadata.PackageNotFoundError:
+        return DELTA_DEFAULT_VERSION
+
+
+def delta_coordinates() -> str:
+    """``group:artifact:version`` of Delta Lake, for ``spark-submit --packages``."""
+    return f"io.delta:{DELTA_ARTIFACT}:{delta_version()}"
+
+
+def ensure_delta_jars() -> Path:
+    """Directory with Delta Lake's runtime classpath; runs Maven only the first time."""
+    version = delta_version()
+    return maven.ensure_resolved(
+        maven.cache_dir() / f"spark-delta-{version}",
+        maven.pom_xml("spark-delta-runtime", version, [("io.delta", DELTA_ARTIFACT, version)]),
+        what=f"Delta Lake {version}",
+        coordinates=delta_coordinates(),
+        required_glob=f"{DELTA_ARTIFACT}-*.jar",
+        error=SparkJarsError,
+    )
+
+
+def delta_jars(libs: Path | None = None) -> list[Path]:
+    """Delta's jars minus every artifact the local Spark already ships."""
+    libs = libs or ensure_delta_jars()
+    jars = beyond_spark(libs)
+    if not any(p.name.startswith(DELTA_ARTIFACT) for p in jars):
+        raise SparkJarsError(
+            f"no {DELTA_ARTIFACT} jar in {libs}; run `outbox dev spark fetch --delta` "
             f"(or delete {libs.parent} to resolve it again)"
         )
     return jars

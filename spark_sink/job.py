@@ -6,10 +6,21 @@ out → a file sink (Parquet by default) partitioned by ``topic`` and ``date``
 (UTC date of the Kafka timestamp), with its own checkpoint. The file sink and
 the checkpoint make each micro-batch land exactly once, across crashes and
 restarts; the de-duplication removes the second copy of a transaction that was
-*published* twice (a check-back racing a late commit, RocketMQ #5574/#8158).
+*published* twice (the relay publishes each commit once, so a copy comes from
+another writer of the topic, or a replay of it).
 
-De-duplication, and its bound
------------------------------
+``--format delta`` writes through ``foreachBatch`` instead, one idempotent
+Delta commit per micro-batch; see :mod:`spark_sink.delta`.
+
+De-duplication modes (``--dedup``)
+----------------------------------
+* ``window`` (the default for file formats): the state below, bounded in time;
+* ``merge`` (the default for Delta): a ``MERGE`` against the table, no time
+  bound (:mod:`spark_sink.delta`);
+* ``off``: every record lands; for topics only the relay writes.
+
+The window, and its bound
+-------------------------
 ``dropDuplicatesWithinWatermark`` on the transaction id, with the watermark on
 the **ingestion time** (the micro-batch's timestamp, kept as ``ingested_at``),
 not on the Kafka timestamp. A transaction id stays in the state for at least
@@ -62,8 +73,10 @@ from spark_sink.progress import (
 from spark_sink.settings import SinkSettings
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
+
+    from spark_sink.delta import DeltaBatchWriter
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 MEMORY_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
@@ -94,12 +107,8 @@ def source_options(settings: SinkSettings) -> dict[str, Any]:
     return options
 
 
-def deduplicate(events: DataFrame, dedup_window: str) -> DataFrame:
-    """Drop later copies of a transaction id seen within ``dedup_window`` of ingestion.
-
-    Adds ``ingested_at`` (the micro-batch timestamp). See the module docstring
-    for why the watermark is on it and not on the Kafka timestamp.
-    """
+def dedup_key() -> Column:
+    """The transaction id, or for a record without one its Kafka position (unique)."""
     from pyspark.sql import functions as F
 
     position = F.concat_ws(
@@ -110,10 +119,17 @@ def deduplicate(events: DataFrame, dedup_window: str) -> DataFrame:
         F.col("offset").cast("string"),
     )
     # A valid transaction id never contains "/", so the two kinds of key never meet.
-    key = F.coalesce(F.col("transaction_id"), position)
+    return F.coalesce(F.col("transaction_id"), position)
+
+
+def deduplicate(events: DataFrame, dedup_window: str) -> DataFrame:
+    """Drop later copies of a transaction id seen within ``dedup_window`` of ingestion.
+
+    The watermark is on ``ingested_at`` (the micro-batch timestamp); see the
+    module docstring for why not on the Kafka timestamp.
+    """
     return (
-        events.withColumn("ingested_at", F.current_timestamp())
-        .withColumn(DEDUP_KEY, key)
+        events.withColumn(DEDUP_KEY, dedup_key())
         .withWatermark("ingested_at", dedup_window)
         .dropDuplicatesWithinWatermark([DEDUP_KEY])
         .drop(DEDUP_KEY)
@@ -139,7 +155,10 @@ def sink_frame(spark: SparkSession, settings: SinkSettings) -> DataFrame:
         F.count(F.lit(1)).alias("rows_in"),
         F.sum(F.when(F.col("transaction_id").isNull(), 1).otherwise(0)).alias("without_id"),
     )
-    unique = deduplicate(seen, settings.dedup_delay).withColumn("date", F.to_date("timestamp"))
+    stamped = seen.withColumn("ingested_at", F.current_timestamp())
+    if settings.dedup_mode == "window":
+        stamped = deduplicate(stamped, settings.dedup_delay)
+    unique = stamped.withColumn("date", F.to_date("timestamp"))
     return unique.observe(OUT_METRICS, F.count(F.lit(1)).alias("rows_written"))
 
 
@@ -159,21 +178,36 @@ def configure_session(spark: SparkSession, settings: SinkSettings) -> None:
             spark.conf.set(key, value)
 
 
-def start_query(spark: SparkSession, settings: SinkSettings) -> StreamingQuery:
-    writer = (
-        sink_frame(spark, settings)
-        .writeStream.format(settings.format)
-        .outputMode("append")
-        .partitionBy(*PARTITION_COLUMNS)
-        .option("path", settings.output)
-        .option("checkpointLocation", settings.checkpoint)
-        .queryName(settings.app_name.replace("-", "_"))
+def start_query(
+    spark: SparkSession, settings: SinkSettings
+) -> tuple[StreamingQuery, DeltaBatchWriter | None]:
+    """Start the query: a file sink, or for Delta ``foreachBatch`` (see :mod:`spark_sink.delta`)."""
+    from spark_sink.delta import DeltaBatchWriter, prepare_table
+
+    frame = sink_frame(spark, settings)
+    batches = None
+    if settings.is_delta:
+        prepare_table(spark, settings, frame.schema)
+        batches = DeltaBatchWriter(settings)
+        writer = frame.writeStream.foreachBatch(batches)
+    else:
+        writer = (
+            frame.writeStream.format(settings.format)
+            .outputMode("append")
+            .partitionBy(*PARTITION_COLUMNS)
+            .option("path", settings.output)
+        )
+    writer = writer.option("checkpointLocation", settings.checkpoint).queryName(
+        settings.app_name.replace("-", "_")
     )
     if settings.once:
         writer = writer.trigger(availableNow=True)
     else:
         writer = writer.trigger(processingTime=settings.trigger_interval)
-    return writer.start()
+    query = writer.start()
+    if batches is not None:
+        batches.started(str(query.id))
+    return query, batches
 
 
 # ------------------------------------------------------------ error messages
@@ -219,7 +253,12 @@ def _sections(trace: str) -> list[_Section]:
 
 
 _KAFKA_FRAMES = ("org.apache.kafka.", "org.apache.spark.sql.kafka010.")
-_OUTPUT_FRAMES = ("FileStreamSink", "ManifestFileCommitProtocol", "FileFormatWriter")
+_OUTPUT_FRAMES = (
+    "FileStreamSink",
+    "ManifestFileCommitProtocol",
+    "FileFormatWriter",
+    "org.apache.spark.sql.delta.",
+)
 _CHECKPOINT_FRAMES = (
     ".streaming.checkpointing.",
     ".streaming.state.",
@@ -302,6 +341,8 @@ class SinkRun:
     query: StreamingQuery
     settings: SinkSettings
     on_progress: ProgressCallback | None = None
+    batches: DeltaBatchWriter | None = None
+    """The Delta writer, which knows what each MERGE inserted."""
     summary: SinkSummary = field(default_factory=SinkSummary)
     _reported: dict[str, int] = field(default_factory=dict)
     """The last batch id reported, per run of the query (a restart is a new run)."""
@@ -331,6 +372,8 @@ class SinkRun:
         for raw in pending:
             batch = BatchProgress.from_progress(raw)
             position = self._position(raw)
+            if self.batches is not None and batch.batch_id in self.batches.inserted:
+                batch = batch.with_written(self.batches.inserted.pop(batch.batch_id))
             if not self._is_new(position):
                 continue
             self._reported[position[0]] = position[1]
@@ -389,8 +432,8 @@ def start_sink(
             spark = new_session(settings)
         configure_session(spark, settings)
         check_kafka(spark, settings)
-        query = start_query(spark, settings)
-    return SinkRun(query, settings, on_progress)
+        query, batches = start_query(spark, settings)
+    return SinkRun(query, settings, on_progress, batches=batches)
 
 
 def new_session(settings: SinkSettings) -> SparkSession:
@@ -398,7 +441,9 @@ def new_session(settings: SinkSettings) -> SparkSession:
     from spark_sink.session import create_session
 
     with explained_errors(settings):
-        return create_session(settings.master, settings.app_name, settings.spark_conf)
+        return create_session(
+            settings.master, settings.app_name, settings.spark_conf, delta=settings.is_delta
+        )
 
 
 @contextlib.contextmanager

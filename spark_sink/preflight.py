@@ -112,7 +112,8 @@ def check_checkpoint(location: str) -> None:
                 )
 
 
-def _has_entries(path: Path) -> bool:
+def has_entries(path: Path) -> bool:
+    """Whether a directory holds anything but the sink's own write probes."""
     return path.is_dir() and any(
         not p.name.startswith(".outbox-sink-probe-") for p in path.iterdir()
     )
@@ -128,7 +129,7 @@ def check_table_belongs_to_checkpoint(output: str, checkpoint: str) -> None:
     table, state = local_path(output), local_path(checkpoint)
     if table is None or state is None:
         return
-    if _has_entries(table / "_spark_metadata") and not (state / "metadata").is_file():
+    if has_entries(table / "_spark_metadata") and not (state / "metadata").is_file():
         raise CheckpointError(
             f"output {output} already holds a table written with another checkpoint, and "
             f"checkpoint {checkpoint} is new: the file sink would skip the new query's first "
@@ -230,7 +231,8 @@ def check_paths(settings: SinkSettings) -> None:
     """Output and checkpoint writable (local ones), checkpoint intact."""
     check_writable_dir(settings.output, "output", OutputPathError)
     check_checkpoint(settings.checkpoint)
-    check_table_belongs_to_checkpoint(settings.output, settings.checkpoint)
+    if not settings.is_delta:  # a Delta table is checked against its own log when it starts
+        check_table_belongs_to_checkpoint(settings.output, settings.checkpoint)
     check_writable_dir(settings.checkpoint, "checkpoint", CheckpointError)
     output, checkpoint = local_path(settings.output), local_path(settings.checkpoint)
     if output is not None and checkpoint is not None:

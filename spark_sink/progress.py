@@ -10,7 +10,7 @@ offsets of every partition.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 IN_METRICS = "outbox_sink_in"
@@ -89,6 +89,11 @@ class BatchProgress:
             lag=sum(known) if known else None,
             duration_ms=int(data.get("batchDuration") or 0),
         )
+
+    def with_written(self, rows_written: int) -> BatchProgress:
+        """The batch as its writer counted it: rows it did not write were copies."""
+        duplicates = max(0, self.rows_in - rows_written - self.late)
+        return replace(self, rows_written=rows_written, duplicates=duplicates)
 
     def line(self) -> str:
         lag = "?" if self.lag is None else str(self.lag)

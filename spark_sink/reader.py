@@ -116,26 +116,35 @@ def _header_entries() -> Column:
     return F.coalesce(F.col("headers"), empty)
 
 
+# Header names and values as two arrays: plain array expressions Spark compiles into the
+# query's generated code. Lambda functions (filter, transform) are interpreted row by
+# row instead, and cost more than the whole Kafka read of a 1 KiB record.
+
+
 def _last_header(entries: Column, name: str) -> Column:
     """Value of the last header called ``name`` (Kafka's ``lastHeader``), or null."""
-    matching = F.filter(entries, lambda h: h["key"] == F.lit(name))
-    return F.try_element_at(matching, F.lit(-1))["value"]
+    from_end = F.array_position(F.reverse(entries["key"]), F.lit(name)).cast("int")
+    return F.when(from_end > 0, F.element_at(entries["value"], F.size(entries) - from_end + 1))
 
 
 def _headers_map(entries: Column) -> Column:
     """Headers as a map; a repeated name keeps its last value, like ``lastHeader``.
 
-    ``map_from_entries`` would fail the whole batch on a repeated header name
-    (``spark.sql.mapKeyDedupPolicy``), and Kafka allows repeats.
+    ``map_from_arrays`` would fail the whole batch on a repeated header name
+    (``spark.sql.mapKeyDedupPolicy``), and Kafka allows repeats: those rare
+    records take the (slower) lambda path.
     """
-    names = F.array_distinct(F.transform(entries, lambda h: h["key"]))
-    values = F.transform(
-        names,
+    names, values = entries["key"], entries["value"]
+    distinct = F.array_distinct(names)
+    last_values = F.transform(
+        distinct,
         lambda name: F.try_element_at(F.filter(entries, lambda h: h["key"] == name), F.lit(-1))[
             "value"
         ],
     )
-    return F.map_from_arrays(names, values)
+    return F.when(F.size(distinct) == F.size(names), F.map_from_arrays(names, values)).otherwise(
+        F.map_from_arrays(distinct, last_values)
+    )
 
 
 def outbox_columns(frame: DataFrame) -> DataFrame:
@@ -143,7 +152,7 @@ def outbox_columns(frame: DataFrame) -> DataFrame:
     entries = _header_entries()
     transaction_text = _last_header(entries, Header.TRANSACTION_ID.value).cast("string")
     group_text = _last_header(entries, Header.PRODUCER_GROUP.value).cast("string")
-    is_protocol_record = F.exists(entries, lambda h: h["key"] == F.lit(Header.KIND.value))
+    is_protocol_record = F.array_contains(entries["key"], F.lit(Header.KIND.value))
     return frame.where(~is_protocol_record).select(
         F.col("topic").cast(StringType()).alias("topic"),
         F.col("partition").cast(IntegerType()).alias("partition"),

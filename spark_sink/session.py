@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from spark_sink import maven
 from spark_sink.errors import SparkJarsError
-from spark_sink.jars import connector_coordinates, spark_kafka_jars
+from spark_sink.jars import connector_coordinates, delta_coordinates, delta_jars, spark_kafka_jars
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -65,6 +65,12 @@ logger.utils.name = org.apache.spark.util.Utils
 logger.utils.level = off
 """
 
+# Static settings Delta Lake needs (MERGE, the DeltaTable API); fixed when the JVM starts.
+DELTA_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+
 # Runtime SQL settings every sink session gets, new or joined.
 SQL_DEFAULTS = {
     # Date partitions must not depend on the time zone of whichever machine runs it.
@@ -88,8 +94,13 @@ def spark_context_running() -> bool:
     return SparkContext._active_spark_context is not None or "PYSPARK_GATEWAY_PORT" in os.environ
 
 
-def launch_conf(master: str | None = None, conf: dict[str, str] | None = None) -> dict[str, str]:
-    """The configuration a new driver JVM is launched with (see the module docstring)."""
+def launch_conf(
+    master: str | None = None, conf: dict[str, str] | None = None, *, delta: bool = False
+) -> dict[str, str]:
+    """The configuration a new driver JVM is launched with (see the module docstring).
+
+    ``delta`` adds Delta Lake's jars and session extension (``--format delta``).
+    """
     user = dict(conf or {})
     configured_master = user.pop("spark.master", None)
     settings = {
@@ -101,6 +112,8 @@ def launch_conf(master: str | None = None, conf: dict[str, str] | None = None) -
     extra_jars = [jar for jar in user.pop("spark.jars", "").split(",") if jar]
     try:
         jars = [str(p) for p in spark_kafka_jars()]
+        if delta:
+            jars += [str(p) for p in delta_jars()]
     except SparkJarsError:
         if shutil.which("mvn") is not None:
             raise
@@ -108,10 +121,13 @@ def launch_conf(master: str | None = None, conf: dict[str, str] | None = None) -
         # fetches the connector from Maven Central when the driver starts.
         jars = []
         packages = [p for p in user.pop("spark.jars.packages", "").split(",") if p]
-        settings["spark.jars.packages"] = ",".join([connector_coordinates(), *packages])
+        ours = [connector_coordinates(), *([delta_coordinates()] if delta else [])]
+        settings["spark.jars.packages"] = ",".join([*ours, *packages])
         settings["spark.jars.ivy"] = str(maven.cache_dir() / "ivy")
     if jars or extra_jars:
         settings["spark.jars"] = ",".join([*jars, *extra_jars])
+    if delta:
+        settings.update(DELTA_CONF)
     if not os.environ.get(DEBUG_ENV):
         java_options = user.pop("spark.driver.extraJavaOptions", "")
         settings["spark.driver.extraJavaOptions"] = (
@@ -125,8 +141,13 @@ def create_session(
     master: str | None = None,
     app_name: str = "outbox-sink",
     conf: dict[str, str] | None = None,
+    *,
+    delta: bool = False,
 ) -> SparkSession:
-    """A session with Spark's Kafka source, new or the running one (spark-submit)."""
+    """A session with Spark's Kafka source, new or the running one (spark-submit).
+
+    ``delta`` launches a new JVM with Delta Lake too; a running one must have it already.
+    """
     from pyspark.sql import SparkSession
 
     if spark_context_running():
@@ -138,7 +159,7 @@ def create_session(
             session.sparkContext.setLogLevel("ERROR")
     else:
         builder = SparkSession.builder.appName(app_name)
-        for key, value in launch_conf(master, conf).items():
+        for key, value in launch_conf(master, conf, delta=delta).items():
             builder = builder.config(key, value)
         session = builder.getOrCreate()
     for key, value in SQL_DEFAULTS.items():

@@ -69,7 +69,9 @@ class SinkSettings(BaseSettings):
     pattern: str | None = Field(None, description="Java regex of real topics to read (or topics)")
     output: str = Field(description="path (or URI) of the table")
     checkpoint: str = Field(description="path (or URI) of the query's checkpoint")
-    format: str = Field("parquet", description="Spark data source to write (parquet, orc, ...)")
+    format: str = Field(
+        "parquet", description="table format: parquet, delta (Delta Lake), or a Spark file source"
+    )
     once: bool = Field(False, description="read what is there now (available-now trigger), stop")
     trigger: float = Field(
         10.0, ge=0, description="seconds between micro-batches in continuous mode ('10s', '1m')"
@@ -80,10 +82,21 @@ class SinkSettings(BaseSettings):
     fail_on_data_loss: bool = Field(
         True, description="fail when offsets are gone (retention, deleted topic) instead of skip"
     )
+    dedup: Literal["auto", "window", "merge", "off"] = Field(
+        "auto",
+        description="de-duplication by transaction id: window (state), merge (Delta MERGE, "
+        "no time bound) or off; auto is merge for delta, else window",
+    )
     dedup_window: float = Field(
         3600.0,
         gt=0,
         description="seconds (ingestion time) a transaction id is remembered ('30m', '1h', '7d')",
+    )
+    dedup_lookback: float = Field(
+        7 * 86400.0,
+        gt=0,
+        description="merge: how far before a batch's earliest date the MERGE looks for a copy "
+        "('7d', '30d')",
     )
     max_offsets_per_trigger: int | None = Field(
         None, ge=1, description="cap on records per micro-batch (all available when unset)"
@@ -151,7 +164,7 @@ class SinkSettings(BaseSettings):
                 raise ValueError(f"pattern {value!r} is not a regular expression: {exc}") from None
         return value
 
-    @field_validator("trigger", "dedup_window", mode="before")
+    @field_validator("trigger", "dedup_window", "dedup_lookback", mode="before")
     @classmethod
     def _durations(cls, value: Any) -> float:
         return parse_duration(value)
@@ -162,6 +175,11 @@ class SinkSettings(BaseSettings):
         if not value.strip():
             raise ValueError("must not be empty")
         return value.strip()
+
+    @field_validator("format")
+    @classmethod
+    def _format_lower(cls, value: str) -> str:
+        return value.lower()
 
     @field_validator("topic_prefix")
     @classmethod
@@ -180,7 +198,23 @@ class SinkSettings(BaseSettings):
             )
         if self.output.rstrip("/") == self.checkpoint.rstrip("/"):
             raise ValueError("output and checkpoint must be different paths")
+        if self.dedup == "merge" and not self.is_delta:
+            raise ValueError(
+                f"dedup merge needs format delta (MERGE is a Delta Lake operation), not "
+                f"{self.format}; use dedup window for {self.format}"
+            )
         return self
+
+    @property
+    def is_delta(self) -> bool:
+        return self.format == "delta"
+
+    @property
+    def dedup_mode(self) -> Literal["window", "merge", "off"]:
+        """The de-duplication that runs: ``auto`` is the safe one the format allows."""
+        if self.dedup == "auto":
+            return "merge" if self.is_delta else "window"
+        return self.dedup
 
     @property
     def trigger_interval(self) -> str:

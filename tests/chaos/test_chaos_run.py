@@ -23,10 +23,15 @@ at 45%, all checkers at 66% (down 10 s), the broker (kill -9) at 68%."""
 
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize(
-    "answers", ["producers", "database"], ids=["check-back", "resolve-from-db"]
+    ("answers", "sink_format"),
+    [("producers", "parquet"), ("database", "parquet"), ("producers", "delta")],
+    ids=["check-back", "resolve-from-db", "delta-sink"],
 )
-def test_a_short_chaos_run_loses_nothing_and_shows_nothing_rolled_back(tmp_path, answers):
-    """Once with the producers answering the checks, once with the checker reading the log."""
+def test_a_short_chaos_run_loses_nothing_and_shows_nothing_rolled_back(
+    tmp_path, answers, sink_format
+):
+    """Once with the producers answering the checks, once with the checker reading the log,
+    once with the sink writing a Delta table (idempotent batches, MERGE de-duplication)."""
     result = subprocess.run(
         [
             sys.executable,
@@ -41,6 +46,7 @@ def test_a_short_chaos_run_loses_nothing_and_shows_nothing_rolled_back(tmp_path,
             "--broker-restarts=1",
             f"--work-dir={tmp_path}",
             "--resolve-from-db" if answers == "database" else "--no-resolve-from-db",
+            f"--sink-format={sink_format}",
         ],
         capture_output=True,
         text=True,

@@ -44,6 +44,7 @@ def spark() -> Iterator[SparkSession]:
             # Tests are short: C2 compilation would cost more than it saves.
             "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
         },
+        delta=True,
     )
     try:
         yield session
@@ -118,8 +119,12 @@ class SinkTopics:
         records: list[tuple[bytes, list[tuple[str, bytes]]]],
         *,
         abort: bool = False,
+        timestamp_ms: int = 0,
     ) -> None:
-        """Records (value, headers) straight onto the real topic in one Kafka transaction."""
+        """Records (value, headers) straight onto the real topic in one Kafka transaction.
+
+        ``timestamp_ms`` gives them that Kafka timestamp instead of now's.
+        """
         producer = Producer(
             {
                 "bootstrap.servers": self.bootstrap,
@@ -130,7 +135,13 @@ class SinkTopics:
         producer.init_transactions(30)
         producer.begin_transaction()
         for value, headers in records:
-            producer.produce(self.real_topic, value=value, key=b"direct", headers=headers)
+            producer.produce(
+                self.real_topic,
+                value=value,
+                key=b"direct",
+                headers=headers,
+                timestamp=timestamp_ms,
+            )
         producer.flush(30)
         if abort:
             producer.abort_transaction(30)

@@ -41,6 +41,10 @@ def test_schema_and_values_of_committed_events(
             (b"no-headers", []),
             (b"bad-id", [(Header.TRANSACTION_ID.value, b"not valid!")]),
             (b"repeated", [("h", b"first"), ("h", b"last")]),
+            (
+                b"two-ids",
+                [(Header.TRANSACTION_ID.value, b"id-1"), (Header.TRANSACTION_ID.value, b"id-2")],
+            ),
             (b"a-half", [(Header.KIND.value, b"half"), (Header.TRANSACTION_ID.value, b"x")]),
         ]
     )
@@ -54,7 +58,13 @@ def test_schema_and_values_of_committed_events(
     assert {f.name: f.dataType for f in frame.schema.fields} == EXPECTED_TYPES
     assert [f.name for f in EVENT_SCHEMA.fields] == list(EXPECTED_TYPES)
     rows = {row.value: row for row in frame.collect()}
-    assert set(rows) == {sink_topics.sent[committed], b"no-headers", b"bad-id", b"repeated"}
+    assert set(rows) == {
+        sink_topics.sent[committed],
+        b"no-headers",
+        b"bad-id",
+        b"repeated",
+        b"two-ids",
+    }
 
     real = rows[sink_topics.sent[committed]]
     assert real.transaction_id == committed
@@ -69,6 +79,8 @@ def test_schema_and_values_of_committed_events(
     assert bare.headers == {}
     assert rows[b"bad-id"].transaction_id is None, "an invalid id is no id"
     assert rows[b"repeated"].headers == {"h": b"last"}, "like Kafka's lastHeader"
+    assert rows[b"two-ids"].transaction_id == "id-2", "like Kafka's lastHeader"
+    assert rows[b"two-ids"].headers == {Header.TRANSACTION_ID.value: b"id-2"}
 
 
 def test_streaming_frame_has_the_same_columns(spark: SparkSession, sink_topics: SinkTopics) -> None:

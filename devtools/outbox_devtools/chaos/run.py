@@ -377,10 +377,11 @@ def _settle(
 class Sink:
     """The Spark sink in continuous mode, restarted from its checkpoint if its query fails."""
 
-    def __init__(self, bootstrap: str, work: Path) -> None:
+    def __init__(self, bootstrap: str, work: Path, table_format: str = "parquet") -> None:
         from spark_sink.settings import SinkSettings
 
         self.settings = SinkSettings(
+            format=table_format,
             bootstrap_servers=bootstrap,
             topics=(REAL_TOPIC,),
             topic_prefix=PREFIX,
@@ -419,7 +420,7 @@ class Sink:
         path = self.settings.output
         if not Path(path).exists():
             return Counter()
-        frame = self.spark.read.parquet(path).select("transaction_id")
+        frame = self.spark.read.format(self.settings.format).load(path).select("transaction_id")
         return Counter(row.transaction_id for row in frame.collect())
 
     def wait_for(self, committed: set[str], timeout: float, console: Console) -> Counter[str]:
@@ -465,9 +466,11 @@ def run(console: Console, settings: ChaosSettings) -> int:
         )
     _step(console, "resolving the Kafka and Spark connector jars (cached after the first run)")
     ensure_kafka_jars()
-    from spark_sink.jars import ensure_spark_kafka_jars
+    from spark_sink.jars import ensure_delta_jars, ensure_spark_kafka_jars
 
     ensure_spark_kafka_jars()
+    if settings.sink_format == "delta":
+        ensure_delta_jars()
     work = Path(settings.work_dir or tempfile.mkdtemp(prefix="outbox-chaos-"))
     logs = work / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -497,7 +500,7 @@ def run(console: Console, settings: ChaosSettings) -> int:
             ],
             producers_answer_checks=not settings.resolve_from_db,
         )
-        sink = Sink(bootstrap, work)
+        sink = Sink(bootstrap, work, settings.sink_format)
         try:
             verdict = _run_phases(console, settings, cluster, sink, faults, postgres.url)
         finally:
@@ -537,7 +540,11 @@ def _run_phases(
     faults: list[Fault],
     url: str,
 ) -> Verdict:
-    _step(console, f"{settings.checkers} checker replicas, the Spark sink (continuous)")
+    _step(
+        console,
+        f"{settings.checkers} checker replicas, the Spark sink "
+        f"(continuous, {settings.sink_format})",
+    )
     for checker in cluster.checkers:
         checker.start()
     sink.start()

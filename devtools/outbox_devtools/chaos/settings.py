@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -59,6 +61,9 @@ class ChaosSettings(BaseSettings):
     partitions: int = Field(4, ge=1, description="partitions of the outbox and real topics")
     settle_seconds: float = Field(
         240.0, gt=0, description="how long the checker and sink may take to settle after faults"
+    )
+    sink_format: Literal["parquet", "delta"] = Field(
+        "parquet", description="the sink's table: parquet (window dedup) or delta (MERGE dedup)"
     )
     work_dir: str | None = Field(
         None, description="where logs, the table and checkpoints go (default: a temp dir)"

@@ -1,0 +1,197 @@
+"""The Delta Lake table (``--format delta``): idempotent micro-batches, MERGE de-duplication.
+
+Exactly once, in two layers
+---------------------------
+* **Each micro-batch commits once.** Batches are written by ``foreachBatch``
+  with Delta's idempotent writes: the Delta commit carries the query's id
+  (``txnAppId``, stable for a checkpoint) and the batch id (``txnVersion``), and
+  Delta skips a write whose version it already committed for that id. A driver
+  killed after the Delta commit but before the checkpoint's commit redoes the
+  batch on restart; the redo is a no-op. A new checkpoint is a new query id, so
+  it can never be mistaken for the old one's batches.
+* **Each transaction lands once** (``--dedup merge``): the batch goes in with
+  ``MERGE ... WHEN NOT MATCHED INSERT`` on the transaction id, so a copy is
+  recognised against the whole table, however late it arrives. The search is
+  bounded to the date partitions from the batch's earliest date minus
+  ``--dedup-lookback`` (7 days by default), which keeps it cheap. Rows without a
+  transaction id never match and are all inserted.
+
+The table is created (partitioned by ``topic`` and ``date``) before the query
+starts; an existing one must have the sink's columns and partitioning, which
+names a table some other job wrote.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from spark_sink.errors import CheckpointError, OutputPathError, SparkJarsError
+from spark_sink.jars import delta_coordinates
+from spark_sink.job import DEDUP_KEY, PARTITION_COLUMNS, dedup_key
+from spark_sink.preflight import has_entries, local_path
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+    from spark_sink.settings import SinkSettings
+
+TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
+TXN_VERSION = "spark.databricks.delta.write.txnVersion"
+APP_ID_WAIT_SECONDS = 60.0
+
+
+def _delta_tables() -> type:
+    try:
+        from delta.tables import DeltaTable
+    except ImportError:
+        raise SparkJarsError(
+            "format delta needs the delta-spark package: pip install 'kafka-outbox[delta]'"
+        ) from None
+    return DeltaTable
+
+
+def _columns(schema: StructType) -> dict[str, str]:
+    return {f.name: f.dataType.simpleString() for f in schema.fields}
+
+
+def prepare_table(spark: SparkSession, settings: SinkSettings, schema: StructType) -> None:
+    """Create the table, or check that an existing one is the sink's kind of table."""
+    from pyspark.sql.types import StructField, StructType
+
+    delta_table = _delta_tables()
+    if "DeltaSparkSessionExtension" not in (spark.conf.get("spark.sql.extensions", "") or ""):
+        raise SparkJarsError(
+            "this Spark session has no Delta Lake extension; pass --packages "
+            f"{delta_coordinates()} and --conf spark.sql.extensions="
+            "io.delta.sql.DeltaSparkSessionExtension to spark-submit"
+        )
+    partitions = list(PARTITION_COLUMNS)
+    if not delta_table.isDeltaTable(spark, settings.output):
+        output = local_path(settings.output)
+        if output is not None and has_entries(output):
+            raise OutputPathError(
+                f"output {settings.output} holds files but is not a Delta table (no _delta_log); "
+                "point --output at an empty directory or a Delta table the sink wrote"
+            )
+        nullable = StructType([StructField(f.name, f.dataType, True) for f in schema.fields])
+        (
+            delta_table.createIfNotExists(spark)
+            .location(settings.output)
+            .addColumns(nullable)
+            .partitionedBy(*partitions)
+            .execute()
+        )
+        return
+    table = delta_table.forPath(spark, settings.output)
+    have, want = _columns(table.toDF().schema), _columns(schema)
+    differences = [
+        f"{name} {have.get(name, 'missing')} (sink writes {kind})"
+        for name, kind in want.items()
+        if have.get(name) != kind
+    ]
+    differences += [
+        f"{name} {have[name]} (not the sink's)" for name in sorted(have.keys() - want.keys())
+    ]
+    if differences:
+        raise OutputPathError(
+            f"output {settings.output} is a Delta table another job wrote: its schema does not "
+            f"match the sink's: {'; '.join(differences)}. Use a new --output path"
+        )
+    detail = table.detail().select("partitionColumns", "numFiles").first()
+    if detail is not None and list(detail.partitionColumns) != partitions:
+        raise OutputPathError(
+            f"output {settings.output} is a Delta table another job wrote: partitioned by "
+            f"{list(detail.partitionColumns)}, the sink partitions by {partitions}. "
+            "Use a new --output path"
+        )
+    checkpoint = local_path(settings.checkpoint)
+    is_new = checkpoint is not None and not (checkpoint / "metadata").is_file()
+    if is_new and detail is not None and detail.numFiles and settings.dedup_mode != "merge":
+        raise CheckpointError(
+            f"output {settings.output} already holds rows and checkpoint {settings.checkpoint} "
+            f"is new: it reads from --starting-offsets again and, with dedup "
+            f"{settings.dedup_mode}, would land those events a second time. Use the checkpoint "
+            "that wrote the table, or --dedup merge"
+        )
+
+
+@dataclass
+class DeltaBatchWriter:
+    """``foreachBatch`` function: one idempotent Delta commit per micro-batch.
+
+    The query's id is only known once the query started; batches wait for it
+    (:meth:`started`), which happens before the first batch in practice.
+    """
+
+    settings: SinkSettings
+    app_id: str | None = None
+    inserted: dict[int, int] = field(default_factory=dict)
+    """Rows each MERGE inserted, by batch id (the rest were copies), until reported."""
+    _ready: threading.Event = field(default_factory=threading.Event)
+
+    def started(self, query_id: str) -> None:
+        self.app_id = query_id
+        self._ready.set()
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        if not self._ready.wait(APP_ID_WAIT_SECONDS) or self.app_id is None:
+            raise RuntimeError("the sink query's id never became known; no batch was written")
+        if self.settings.dedup_mode == "merge":
+            self.merge(batch, batch_id)
+        else:
+            self.append(batch, batch_id)
+
+    def append(self, batch: DataFrame, batch_id: int) -> None:
+        (
+            batch.write.format("delta")
+            .mode("append")
+            .option("txnAppId", self.app_id)
+            .option("txnVersion", batch_id)
+            .save(self.settings.output)
+        )
+
+    def merge(self, batch: DataFrame, batch_id: int) -> None:
+        from pyspark import StorageLevel
+        from pyspark.sql import functions as F
+
+        spark = batch.sparkSession
+        source = (
+            batch.withColumn(DEDUP_KEY, dedup_key())
+            .dropDuplicates([DEDUP_KEY])
+            .drop(DEDUP_KEY)
+            # Read from Kafka once (it is read twice: the earliest date, the MERGE) and
+            # counted once by the observed metrics. On disk: a backlog's first batch can be
+            # far bigger than the heap (1 GB for a million 1 KiB events).
+            .persist(StorageLevel.DISK_ONLY)
+        )
+        try:
+            earliest = source.agg(F.min("date")).first()
+            if earliest is None or earliest[0] is None:
+                self.inserted[batch_id] = 0
+                return
+            since: dt.date = earliest[0] - dt.timedelta(seconds=self.settings.dedup_lookback)
+            condition = (
+                f"t.date >= DATE'{since.isoformat()}' AND t.transaction_id = s.transaction_id"
+            )
+            spark.conf.set(TXN_APP_ID, str(self.app_id))
+            spark.conf.set(TXN_VERSION, str(batch_id))
+            try:
+                metrics = (
+                    _delta_tables()
+                    .forPath(spark, self.settings.output)
+                    .alias("t")
+                    .merge(source.alias("s"), condition)
+                    .whenNotMatchedInsertAll()
+                    .execute()
+                    .first()
+                )
+            finally:
+                spark.conf.unset(TXN_APP_ID)
+                spark.conf.unset(TXN_VERSION)
+            self.inserted[batch_id] = int(metrics["num_inserted_rows"]) if metrics else 0
+        finally:
+            source.unpersist()
