@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING
 
 from spark_sink.errors import CheckpointError, OutputPathError, SparkJarsError
 from spark_sink.jars import delta_coordinates
-from spark_sink.job import DEDUP_KEY, PARTITION_COLUMNS, dedup_key
 from spark_sink.preflight import has_entries, local_path
+from spark_sink.table_layout import DEDUP_KEY, PARTITION_COLUMNS, dedup_key
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -71,17 +71,16 @@ from spark_sink.progress import (
     progress_dict,
 )
 from spark_sink.settings import SinkSettings
+from spark_sink.table_layout import DEDUP_KEY, PARTITION_COLUMNS, dedup_key
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
     from spark_sink.delta import DeltaBatchWriter
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 MEMORY_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
-PARTITION_COLUMNS = ("topic", "date")
-DEDUP_KEY = "_outbox_dedup_key"
 POLL_SECONDS = 0.25
 RESTART_ADVICE = (
     "restore it, or start over with an empty checkpoint and a new output path "
@@ -105,21 +104,6 @@ def source_options(settings: SinkSettings) -> dict[str, Any]:
     for key, value in settings.kafka_options.items():
         options[f"kafka.{key}"] = value
     return options
-
-
-def dedup_key() -> Column:
-    """The transaction id, or for a record without one its Kafka position (unique)."""
-    from pyspark.sql import functions as F
-
-    position = F.concat_ws(
-        "/",
-        F.lit("~"),
-        F.col("topic"),
-        F.col("partition").cast("string"),
-        F.col("offset").cast("string"),
-    )
-    # A valid transaction id never contains "/", so the two kinds of key never meet.
-    return F.coalesce(F.col("transaction_id"), position)
 
 
 def deduplicate(events: DataFrame, dedup_window: str) -> DataFrame:
