@@ -29,7 +29,7 @@ pytestmark = pytest.mark.kafka
 COMMIT = LocalTransactionState.COMMIT_MESSAGE
 UNKNOW = LocalTransactionState.UNKNOW
 CONCURRENT_SENDS = 64
-SENDS_EACH = 5
+SENDS_EACH = 20  # long enough a sending phase for the probe to wake many times
 PROBE_INTERVAL = 0.001
 
 
