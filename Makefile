@@ -30,10 +30,12 @@ spark-jars: install
 demo: kafka-jars spark-jars
 	$(BIN)/outbox demo
 
-# The pipeline under seeded faults; `make chaos SEED=N` reproduces a run.
+# The pipeline under seeded faults; `make chaos SEED=N` reproduces a run,
+# `make chaos SINK=delta` lands the events in a Delta table.
 SEED ?= 1
+SINK ?= parquet
 chaos: kafka-jars spark-jars
-	$(BIN)/outbox chaos --seed $(SEED)
+	$(BIN)/outbox chaos --seed $(SEED) --sink-format $(SINK)
 
 # Every benchmark on one local broker: one table, bench/results/all.json.
 bench: kafka-jars spark-jars
