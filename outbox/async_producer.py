@@ -173,7 +173,7 @@ class AsyncTransactionProducer:
                 core._limits.fitting_half_record, step.half, core.topics, step.half_partition
             )
             used = core._limits.topics_used(step.half, core.topics)
-            return fitting() if all(map(core._catalog.known, used)) else _in_thread(fitting)
+            return fitting() if core._limits.knows(used) else _in_thread(fitting)
         if isinstance(step, Write):
             try:
                 return core._writer.submit_nowait(step.record, step.failure)

@@ -9,7 +9,7 @@ that applies.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from outbox.errors import InvalidMessageError, MessageTooLargeError
@@ -37,13 +37,24 @@ class SizeLimits:
     def __init__(self, catalog: TopicCatalog, client_config: Mapping[str, Any]) -> None:
         self._catalog = catalog
         self.client_bytes = client_message_max_bytes(client_config)
+        self._topic_bytes: dict[str, int | None] = {}
 
     def topic_bytes(self, topic: str) -> int | None:
-        """The topic's ``max.message.bytes``; None for a topic that does not exist (yet)."""
-        try:
-            return self._catalog.get(topic).max_message_bytes
-        except InvalidMessageError:
-            return None
+        """The topic's ``max.message.bytes``; None for a topic that does not exist.
+
+        Remembered, absence too: a deployment without a discard topic would
+        otherwise pay a metadata request on every send.
+        """
+        if topic not in self._topic_bytes:
+            try:
+                self._topic_bytes[topic] = self._catalog.get(topic).max_message_bytes
+            except InvalidMessageError:
+                self._topic_bytes[topic] = None
+        return self._topic_bytes[topic]
+
+    def knows(self, topics: Iterable[str]) -> bool:
+        """Whether the limits of ``topics`` are known: looking them up never waits."""
+        return all(topic in self._topic_bytes for topic in topics)
 
     def problem(
         self, what: str, record: OutgoingRecord, *, by_this_client: bool = True
