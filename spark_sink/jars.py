@@ -100,11 +100,15 @@ def beyond_spark(libs: Path) -> list[Path]:
 
 def spark_kafka_jars(libs: Path | None = None) -> list[Path]:
     """The connector's jars minus every artifact the local Spark already ships."""
-    libs = libs or ensure_spark_kafka_jars()
+    return _resolved(libs or ensure_spark_kafka_jars(), CONNECTOR_ARTIFACT, "")
+
+
+def _resolved(libs: Path, artifact: str, fetch_flag: str) -> list[Path]:
+    """The jars of ``libs`` beyond Spark's own, which must include ``artifact`` itself."""
     jars = beyond_spark(libs)
-    if not any(p.name.startswith(CONNECTOR_ARTIFACT) for p in jars):
+    if not any(p.name.startswith(artifact) for p in jars):
         raise SparkJarsError(
-            f"no {CONNECTOR_ARTIFACT} jar in {libs}; run `outbox dev spark fetch` "
+            f"no {artifact} jar in {libs}; run `outbox dev spark fetch{fetch_flag}` "
             f"(or delete {libs.parent} to resolve it again)"
         )
     return jars
@@ -148,11 +152,4 @@ def ensure_delta_jars() -> Path:
 
 def delta_jars(libs: Path | None = None) -> list[Path]:
     """Delta's jars minus every artifact the local Spark already ships."""
-    libs = libs or ensure_delta_jars()
-    jars = beyond_spark(libs)
-    if not any(p.name.startswith(DELTA_ARTIFACT) for p in jars):
-        raise SparkJarsError(
-            f"no {DELTA_ARTIFACT} jar in {libs}; run `outbox dev spark fetch --delta` "
-            f"(or delete {libs.parent} to resolve it again)"
-        )
-    return jars
+    return _resolved(libs or ensure_delta_jars(), DELTA_ARTIFACT, " --delta")
