@@ -26,6 +26,9 @@ def _chaos(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
         (["--broker-restarts=-1"], "OUTBOX_CHAOS_BROKER_RESTARTS"),
         (["--checker-outages=-1"], "OUTBOX_CHAOS_CHECKER_OUTAGES"),
         (["--answering-producer-kills=-2"], "OUTBOX_CHAOS_ANSWERING_PRODUCER_KILLS"),
+        (["--broker-freezes=-1"], "OUTBOX_CHAOS_BROKER_FREEZES"),
+        (["--checker-freezes=-1"], "OUTBOX_CHAOS_CHECKER_FREEZES"),
+        (["--sink-format=iceberg"], "OUTBOX_CHAOS_SINK_FORMAT"),
     ],
 )
 def test_out_of_range_values_are_one_error_naming_the_setting(args, named):

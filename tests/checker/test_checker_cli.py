@@ -51,6 +51,16 @@ def checker(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
             "OUTBOX_MAX_OPS_PER_ROUND",
         ),
         (
+            ("--bootstrap-servers", "h:1", "--health-stall-seconds", "0"),
+            {},
+            "OUTBOX_HEALTH_STALL_SECONDS",
+        ),
+        (
+            ("--bootstrap-servers", "h:1", "--start-timeout-seconds", "-1"),
+            {},
+            "OUTBOX_START_TIMEOUT_SECONDS",
+        ),
+        (
             ("--bootstrap-servers", "127.0.0.1:1", "--start-timeout-seconds", "2"),
             {},
             "outbox: error: cannot reach Kafka at 127.0.0.1:1 within 2s",
