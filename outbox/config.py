@@ -1,9 +1,10 @@
 """Connection settings shared by every component that talks to Kafka.
 
 Each component's own settings object embeds these fields; every field is also
-an ``OUTBOX_*`` environment variable. librdkafka properties (SASL, SSL, ...)
-pass through untouched and are never shown in reprs or logs, since they carry
-passwords.
+an ``OUTBOX_*`` environment variable. Authentication and TLS are the security
+block (:mod:`outbox.security`); further librdkafka properties pass through
+untouched, win over the block, and are never shown in reprs or logs, since
+they may carry passwords.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from outbox.errors import ConfigurationError
 from outbox.protocol import DEFAULT_PREFIX, TopicNames, validate_topic_name
+from outbox.security import KafkaSecurity
 
 BOOTSTRAP_ENV = "OUTBOX_BOOTSTRAP_SERVERS"
 
@@ -52,8 +54,8 @@ def normalize_bootstrap_servers(value: str) -> str:
     return ",".join(hosts)
 
 
-class KafkaSettings(BaseSettings):
-    """Where the cluster is, which topic prefix to use, and extra client properties."""
+class _KafkaAddress(BaseSettings):
+    """Where the cluster is and which topic prefix to use; first among the fields."""
 
     model_config = SettingsConfigDict(env_prefix="OUTBOX_", extra="forbid")
 
@@ -75,13 +77,21 @@ class KafkaSettings(BaseSettings):
     def _prefix_is_a_topic_name(cls, value: str) -> str:
         return validate_topic_name(value, "topic prefix")
 
+
+class KafkaSettings(KafkaSecurity, _KafkaAddress):  # type: ignore[misc, valid-type]
+    """Where the cluster is, how to authenticate, which topic prefix, extra client properties."""
+
+    model_config = SettingsConfigDict(env_prefix="OUTBOX_", extra="forbid")
+
     @property
     def topics(self) -> TopicNames:
         return TopicNames(self.topic_prefix)
 
     def client_config(self, **overrides: Any) -> dict[str, Any]:
-        """A librdkafka configuration: bootstrap, pass-through properties, overrides."""
-        return kafka_client_config(self.bootstrap_servers, {**self.kafka_properties, **overrides})
+        """A librdkafka configuration: bootstrap, security, pass-through properties, overrides."""
+        return kafka_client_config(
+            self.bootstrap_servers, {**self.librdkafka(), **self.kafka_properties, **overrides}
+        )
 
 
 def parse_properties(pairs: list[str]) -> dict[str, str]:

@@ -98,10 +98,11 @@ def source_options(settings: SinkSettings) -> dict[str, Any]:
     options: dict[str, Any] = {
         "startingOffsets": settings.starting_offsets,
         "failOnDataLoss": settings.fail_on_data_loss,
+        "groupIdPrefix": settings.group_id_prefix,
     }
     if settings.max_offsets_per_trigger is not None:
         options["maxOffsetsPerTrigger"] = settings.max_offsets_per_trigger
-    for key, value in settings.kafka_options.items():
+    for key, value in settings.java_kafka_properties().items():
         options[f"kafka.{key}"] = value
     return options
 

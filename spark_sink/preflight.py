@@ -140,7 +140,7 @@ def check_table_belongs_to_checkpoint(output: str, checkpoint: str) -> None:
 def _java_admin_properties(settings: SinkSettings) -> dict[str, str]:
     timeout_ms = str(int(settings.kafka_timeout_seconds * 1000))
     return {
-        **settings.kafka_options,
+        **settings.java_kafka_properties(),
         "bootstrap.servers": settings.bootstrap_servers,
         "request.timeout.ms": timeout_ms,
         "default.api.timeout.ms": timeout_ms,

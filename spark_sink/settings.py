@@ -1,9 +1,10 @@
 """The sink job's settings: one typed object, every field an ``OUTBOX_SINK_*`` variable.
 
-The Kafka address and the outbox topic prefix are shared with every other
-component, so ``OUTBOX_BOOTSTRAP_SERVERS`` and ``OUTBOX_TOPIC_PREFIX`` work here
-too (the ``OUTBOX_SINK_`` names win when both are set). The same object drives
-``outbox sink`` and a ``spark-submit`` of :mod:`spark_sink.job`.
+The Kafka address, the outbox topic prefix and the security block
+(:mod:`outbox.security`) are shared with every other component, so
+``OUTBOX_BOOTSTRAP_SERVERS``, ``OUTBOX_TOPIC_PREFIX``, ``OUTBOX_SASL_USERNAME``
+and the rest work here too (the ``OUTBOX_SINK_`` names win when both are set).
+The same object drives ``outbox sink`` and a ``spark-submit`` of :mod:`spark_sink.job`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from outbox.config import normalize_bootstrap_servers
 from outbox.protocol import DEFAULT_PREFIX, TopicNames, validate_topic_name
+from outbox.security import shared_security
 
 _DURATION = re.compile(
     r"^\s*(?P<number>\d+(?:\.\d+)?)\s*(?P<unit>ms|milliseconds?|s|secs?|seconds?|m|mins?|"
@@ -51,8 +53,8 @@ def spark_interval(seconds: float) -> str:
     return f"{round(seconds * 1000)} milliseconds"
 
 
-class SinkSettings(BaseSettings):
-    """Everything ``outbox sink`` can be told; see the README's "Spark sink" section."""
+class _SinkFields(BaseSettings):
+    """The sink's own fields; :class:`SinkSettings` adds the security block after them."""
 
     model_config = SettingsConfigDict(
         env_prefix="OUTBOX_SINK_", extra="forbid", populate_by_name=True
@@ -118,7 +120,13 @@ class SinkSettings(BaseSettings):
     kafka_options: dict[str, str] = Field(
         default_factory=dict,
         repr=False,
-        description="Java Kafka client properties (JSON object), e.g. SASL/SSL settings",
+        description="extra Java Kafka client properties (JSON object); they win over the"
+        " security settings",
+    )
+    group_id_prefix: str = Field(
+        "outbox-sink",
+        description="prefix of the Kafka consumer group ids the Spark source makes up"
+        " (its groupIdPrefix), for a prefixed group ACL",
     )
     spark_conf: dict[str, str] = Field(
         default_factory=dict, description="extra Spark configuration (JSON object)"
@@ -169,7 +177,9 @@ class SinkSettings(BaseSettings):
     def _durations(cls, value: Any) -> float:
         return parse_duration(value)
 
-    @field_validator("output", "checkpoint", "format", "starting_offsets", "app_name")
+    @field_validator(
+        "output", "checkpoint", "format", "starting_offsets", "app_name", "group_id_prefix"
+    )
     @classmethod
     def _not_blank(cls, value: str) -> str:
         if not value.strip():
@@ -223,3 +233,15 @@ class SinkSettings(BaseSettings):
     @property
     def dedup_delay(self) -> str:
         return spark_interval(self.dedup_window)
+
+
+class SinkSettings(shared_security("OUTBOX_SINK_"), _SinkFields):  # type: ignore[misc]
+    """Everything ``outbox sink`` can be told; see the README's "Spark sink" section."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="OUTBOX_SINK_", extra="forbid", populate_by_name=True
+    )
+
+    def java_kafka_properties(self) -> dict[str, str]:
+        """The Java client's properties: the security block, then ``kafka_options`` (which win)."""
+        return {**self.java(), **self.kafka_options}
