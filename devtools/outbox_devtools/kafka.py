@@ -22,12 +22,13 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from outbox_devtools import processes
+from outbox_devtools.secure_kafka import BrokerSecurity
 from spark_sink import maven
 
 KAFKA_VERSION = "4.1.1"
@@ -106,12 +107,18 @@ def _quiet_logger() -> logging.Logger:
     return quiet
 
 
-def broker_answers(bootstrap: str, timeout: float = 2.0) -> bool:
-    """True when a metadata request is answered and lists at least one broker."""
+def broker_answers(
+    bootstrap: str, timeout: float = 2.0, client: Mapping[str, str] | None = None
+) -> bool:
+    """True when a metadata request is answered and lists at least one broker.
+
+    ``client``: further librdkafka properties, such as a secure broker's credentials.
+    """
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient(
         {
+            **(client or {}),
             "bootstrap.servers": bootstrap,
             "reconnect.backoff.ms": 50,
             "reconnect.backoff.max.ms": 500,
@@ -128,13 +135,15 @@ def wait_for_broker(
     bootstrap: str,
     timeout: float = DEFAULT_START_TIMEOUT,
     alive: Callable[[], bool] | None = None,
+    client: Mapping[str, str] | None = None,
 ) -> bool:
     """Poll until the broker answers; stops early (False) once ``alive`` says it died."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if alive is not None and not alive():
             return False
-        if broker_answers(bootstrap, timeout=min(2.0, max(0.1, deadline - time.monotonic()))):
+        wait = min(2.0, max(0.1, deadline - time.monotonic()))
+        if broker_answers(bootstrap, timeout=wait, client=client):
             return True
         time.sleep(0.2)
     return False
@@ -188,7 +197,8 @@ class LocalKafka:
 
     Ports are chosen once and kept, so :meth:`restart` (and ``stop`` then
     ``start``) brings back the same cluster at the same address with its data,
-    which is what crash and restart tests need.
+    which is what crash and restart tests need. With ``security`` the node
+    serves SASL_SSL with ACLs enforced instead of PLAINTEXT (:mod:`outbox_devtools.secure_kafka`).
     """
 
     def __init__(
@@ -203,6 +213,7 @@ class LocalKafka:
         start_timeout: float = DEFAULT_START_TIMEOUT,
         detached: bool = False,
         overrides: dict[str, str] | None = None,
+        security: BrokerSecurity | None = None,
     ) -> None:
         self._owns_work_dir = work_dir is None
         self.work_dir = Path(work_dir) if work_dir else _temp_work_dir()
@@ -214,6 +225,7 @@ class LocalKafka:
         self.start_timeout = start_timeout
         self.detached = detached
         self.overrides = dict(overrides or {})
+        self.security = security
         self.last_start_seconds: float | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._atexit_registered = False
@@ -272,6 +284,9 @@ class LocalKafka:
             "broker.heartbeat.interval.ms": "1000",
             "auto.create.topics.enable": "false",
         }
+        if self.security is not None:
+            self.security.prepare(self.work_dir)
+            props.update(self.security.node_properties(self.bootstrap_servers, controller))
         props.update(self.overrides)
         return props
 
@@ -310,6 +325,7 @@ class LocalKafka:
             "--standalone",
             f"--cluster-id={new_cluster_id()}",
             f"--config={config}",
+            *(self.security.format_arguments() if self.security is not None else ()),
             heap="256m",
         )
         result = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
@@ -343,7 +359,12 @@ class LocalKafka:
         if not self.detached and not self._atexit_registered:
             atexit.register(self._stop_at_exit)
             self._atexit_registered = True
-        ready = wait_for_broker(self.bootstrap_servers, self.start_timeout, self.is_running)
+        ready = wait_for_broker(
+            self.bootstrap_servers,
+            self.start_timeout,
+            self.is_running,
+            client=self.security.client_config() if self.security is not None else None,
+        )
         if not ready:
             self._fail_start()
         self.last_start_seconds = time.monotonic() - began
