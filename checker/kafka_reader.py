@@ -23,6 +23,7 @@ from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from checker.rules import HalfEntry, OpEntry
+from outbox.acls import CHECKER_READER_GROUP_PREFIX
 from outbox.errors import KafkaUnavailableError
 from outbox.protocol import RawRecord, TopicNames
 from outbox.silence import close_in_background, partitions_behind
@@ -63,7 +64,7 @@ class TopicCursor:
         return Consumer(
             {
                 **self._client_config,
-                "group.id": f"outbox-checker-reader-{uuid.uuid4().hex}",
+                "group.id": f"{CHECKER_READER_GROUP_PREFIX}{uuid.uuid4().hex}",
                 "enable.auto.commit": False,
                 "enable.auto.offset.store": False,
                 "isolation.level": "read_committed",
