@@ -19,8 +19,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from confluent_kafka import OFFSET_INVALID, Consumer, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
 from tenacity import Retrying, retry_if_exception_type, wait_exponential
 
 from checker import metrics
@@ -30,8 +29,9 @@ from checker.relay import Relay, RelaySettings, relay_group
 from checker.round_writer import FencedError, RoundWriter, decode_checkpoint
 from checker.rules import RoundRules, iter_round
 from checker.settings import CheckerSettings
+from outbox.access import connect, is_authorization_failure
 from outbox.admin import TopicSpec, ensure_topics
-from outbox.errors import KafkaUnavailableError, TopicAdminError
+from outbox.errors import KafkaUnavailableError, NotAuthorizedError, TopicAdminError
 from outbox.protocol import HalfRecord, OutgoingRecord
 from outbox.topic_catalog import TopicCatalog
 
@@ -99,14 +99,9 @@ class Checker:
         self.progress_at = clock()
         """When the loop last had no round due, or completed one (the checker's clock)."""
         client = settings.client_config()
-        self._admin = AdminClient(client)
-        try:
-            self._admin.list_topics(timeout=settings.start_timeout_seconds)
-        except KafkaException as exc:
-            raise KafkaUnavailableError(
-                f"cannot reach Kafka at {settings.bootstrap_servers} within"
-                f" {settings.start_timeout_seconds:g}s: {exc.args[0]}"
-            ) from None
+        self._admin = connect(
+            client, settings, settings.bootstrap_servers, settings.start_timeout_seconds
+        )
         self._consumer = Consumer(
             {
                 **client,
@@ -188,8 +183,21 @@ class Checker:
             return sorted(self._owned)
 
     def poll_membership(self, timeout: float = 0.0) -> None:
-        """Serve rebalances (and keep the group session alive)."""
-        self._consumer.poll(timeout)
+        """Serve rebalances (and keep the group session alive).
+
+        A refusal by the authoriser ends the replica: without its group or the
+        half topic it would wait for partitions forever.
+        """
+        message = self._consumer.poll(timeout)
+        error = message.error() if message is not None else None
+        if error is not None and is_authorization_failure(error):
+            settings = self.settings
+            resource = (
+                f"group {settings.group_id!r}"
+                if error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+                else f"topic {self.topics.half!r}"
+            )
+            raise NotAuthorizedError("READ", resource, settings.principal)
 
     # ----------------------------------------------------------- rounds
 

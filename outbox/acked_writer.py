@@ -19,6 +19,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
+from outbox.access import refused_write
 from outbox.errors import OutboxError
 from outbox.protocol import OutgoingRecord
 
@@ -48,6 +49,7 @@ class AckedWriter:
     """
 
     def __init__(self, client_config: dict[str, Any]) -> None:
+        self._client_config = client_config
         self.producer = Producer(
             {
                 **client_config,
@@ -102,7 +104,8 @@ class AckedWriter:
 
         def delivered(error: KafkaError | None, message: Message) -> None:
             if error is not None:
-                acknowledgement.set_exception(failure(f"{record.topic} record not stored: {error}"))
+                why = refused_write(record.topic, error, self._client_config)
+                acknowledgement.set_exception(failure(f"{record.topic} record not stored: {why}"))
             else:
                 acknowledgement.set_result((message.partition() or 0, message.offset() or 0))
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
@@ -29,7 +30,13 @@ from tenacity import (
     wait_fixed,
 )
 
-from outbox.errors import KafkaUnavailableError, TopicAdminError, TopicMismatchError
+from outbox.access import is_authorization_failure
+from outbox.errors import (
+    KafkaUnavailableError,
+    NotAuthorizedError,
+    TopicAdminError,
+    TopicMismatchError,
+)
 from outbox.protocol import TopicNames
 
 log = logging.getLogger(__name__)
@@ -113,6 +120,17 @@ _transient = retry(
 
 
 @_transient
+def _look_up_one(admin: AdminClient, name: str, timeout: float) -> Any:
+    """Metadata of one topic; :class:`NotAuthorizedError` if it may not be described."""
+    try:
+        topic = admin.list_topics(name, timeout=timeout).topics.get(name)
+    except KafkaException as exc:
+        raise KafkaUnavailableError(f"cannot look up topic {name!r}: {exc}") from None
+    if topic is not None and topic.error is not None and is_authorization_failure(topic.error):
+        raise NotAuthorizedError("DESCRIBE", f"topic {name!r}")
+    return topic
+
+
 def read_topic_states(
     admin: AdminClient, names: list[str], timeout: float = 10.0
 ) -> dict[str, TopicState]:
@@ -125,6 +143,9 @@ def read_topic_states(
     present = []
     for name in names:
         topic = metadata.topics.get(name)
+        if topic is None:
+            # A listing leaves out topics the principal may not DESCRIBE: ask for this one.
+            topic = _look_up_one(admin, name, timeout)
         if topic is None or (
             topic.error is not None and topic.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
         ):
@@ -139,7 +160,14 @@ def read_topic_states(
     if present:
         resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in present]
         for resource, future in admin.describe_configs(resources).items():
-            entries = future.result(timeout=timeout)
+            try:
+                entries = future.result(timeout=timeout)
+            except KafkaException as exc:
+                if is_authorization_failure(exc.args[0]):
+                    raise NotAuthorizedError(
+                        "DESCRIBE_CONFIGS", f"topic {resource.name!r}"
+                    ) from None
+                raise
             shown = {k: entries[k].value for k in SHOWN_CONFIGS if k in entries}
             old = states[resource.name]
             states[resource.name] = TopicState(

@@ -18,6 +18,35 @@ class KafkaUnavailableError(OutboxError):
     """The Kafka cluster did not answer in time."""
 
 
+class ConnectionSecurityError(KafkaUnavailableError):
+    """Kafka refused the login or the TLS handshake; the message says what to check."""
+
+
+class NotAuthorizedError(OutboxError):
+    """The broker's authoriser refused an operation: an ACL is missing.
+
+    Raised where the refusal happens, which knows the operation and the
+    resource; the component that knows its principal names it with
+    :meth:`by`.
+    """
+
+    def __init__(self, operation: str, resource: str, principal: str | None = None) -> None:
+        self.operation = operation
+        self.resource = resource
+        self.principal = principal
+        who = f" as {principal}" if principal else ""
+        super().__init__(
+            f"not authorised to {operation} {resource}{who}; grant it (`outbox acls print"
+            " --group GROUP` lists the ACLs each component needs)"
+        )
+
+    def by(self, principal: str | None) -> NotAuthorizedError:
+        """The same refusal, naming the principal that was refused."""
+        if principal is None or self.principal is not None:
+            return self
+        return NotAuthorizedError(self.operation, self.resource, principal)
+
+
 class TopicAdminError(OutboxError):
     """Creating or checking the outbox topics failed."""
 

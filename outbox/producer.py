@@ -33,6 +33,7 @@ from confluent_kafka.admin import AdminClient
 from pydantic import ValidationError
 
 from outbox import metrics, tracing
+from outbox.access import connect
 from outbox.acked_writer import AckedWriter, Acknowledgement, wait_acknowledged
 from outbox.admin import TopicSpec, ensure_topics, read_topic_states
 from outbox.check_responder import CheckResponder
@@ -44,6 +45,7 @@ from outbox.errors import (
     KafkaUnavailableError,
     LateEndRefusedError,
     ListenerMissingError,
+    NotAuthorizedError,
     OutboxError,
     ProducerClosedError,
     ProducerNotStartedError,
@@ -258,8 +260,11 @@ class TransactionProducer:
                 return self
         timeout = self.config.start_timeout_seconds
         client_config = self.config.client_config()
-        admin = AdminClient(client_config)
-        self._inspect_topics(admin, timeout)
+        admin = connect(client_config, self.config, self.config.bootstrap_servers, timeout)
+        try:
+            self._inspect_topics(admin, timeout)
+        except NotAuthorizedError as exc:
+            raise exc.by(self.config.principal) from None
         self._catalog = TopicCatalog(admin, timeout)
         self._limits = SizeLimits(self._catalog, client_config)
         try:
@@ -288,13 +293,6 @@ class TransactionProducer:
         return self
 
     def _inspect_topics(self, admin: AdminClient, timeout: float) -> None:
-        try:
-            admin.list_topics(timeout=timeout)
-        except KafkaException as exc:
-            raise KafkaUnavailableError(
-                f"cannot reach Kafka at {self.config.bootstrap_servers} within {timeout:g}s: "
-                f"{exc.args[0]}"
-            ) from None
         half, op = self.topics.half, self.topics.op
         states = read_topic_states(admin, [half, op], timeout=timeout)
         missing = [name for name, state in states.items() if not state.exists]

@@ -1,0 +1,133 @@
+"""Why Kafka refused us, in one line: a wrong password, an untrusted certificate, a missing ACL.
+
+librdkafka reports a failed login or TLS handshake only to its error callback
+and its log; the request that was waiting just times out with "Broker
+transport failure", which reads like a broker that is down. :func:`connect`
+waits for the cluster's first answer while listening to that callback, and
+turns the callback's error into one that names the user, the mechanism or the
+CA file to check. Refusals by the authoriser (``*_AUTHORIZATION_FAILED``)
+become :class:`~outbox.errors.NotAuthorizedError`, naming the operation, the
+resource and the principal, and where to find the ACLs each component needs.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
+
+from outbox.errors import ConnectionSecurityError, KafkaUnavailableError, NotAuthorizedError
+from outbox.security import SecurityRules
+
+AUTHORIZATION_FAILURES: dict[int, str] = {
+    KafkaError.TOPIC_AUTHORIZATION_FAILED: "topic",
+    KafkaError.GROUP_AUTHORIZATION_FAILED: "group",
+    KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: "transactional id",
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED: "cluster",
+}
+
+_CONNECT_POLL_SECONDS = 0.5
+_AFTER_STATE = re.compile(r"\s*\(after \d+ms in state \w+\)\s*$")
+_BROKER_NAME = re.compile(r"^\S+://\S+/(?:\d+|bootstrap): ")
+
+
+def is_authorization_failure(error: KafkaError) -> bool:
+    return error.code() in AUTHORIZATION_FAILURES
+
+
+def principal_of(client_config: Mapping[str, Any]) -> str | None:
+    """``User:NAME`` a SASL client of ``client_config`` logs in as; None without SASL."""
+    protocol = str(client_config.get("security.protocol", "")).lower()
+    user = client_config.get("sasl.username")
+    return f"User:{user}" if protocol.startswith("sasl_") and user else None
+
+
+def refused_write(topic: str, error: KafkaError, client_config: Mapping[str, Any]) -> str:
+    """Why a record for ``topic`` was not stored, in words; the ACL when that is why."""
+    if is_authorization_failure(error):
+        return str(NotAuthorizedError("WRITE", f"topic {topic!r}", principal_of(client_config)))
+    return str(error)
+
+
+def _detail(error: KafkaError) -> str:
+    """librdkafka's text without the broker address and connection state it prepends and appends."""
+    return _AFTER_STATE.sub("", _BROKER_NAME.sub("", error.str()))
+
+
+def connection_problem(
+    error: KafkaError, security: SecurityRules, bootstrap: str
+) -> ConnectionSecurityError | None:
+    """The clear error for a failed login or TLS handshake; None for any other error."""
+    detail = _detail(error)
+    if error.code() == KafkaError._AUTHENTICATION:
+        if "SASL" in detail or security.sasl_username:
+            return ConnectionSecurityError(
+                f"authentication failed for user {security.sasl_username!r} with mechanism "
+                f"{security.sasl_mechanism} at {bootstrap}: check sasl_username and "
+                "sasl_password (OUTBOX_SASL_USERNAME, OUTBOX_SASL_PASSWORD)"
+            )
+        return ConnectionSecurityError(f"authentication at {bootstrap} failed: {detail}")
+    if error.code() in (KafkaError._SSL, KafkaError._AUTHENTICATION) or "SSL" in detail:
+        if "certificate verify failed" in detail:
+            ca = security.ssl_ca_file
+            trusted = f"the CA file {str(ca)!r}" if ca else "the system's CAs (no ssl_ca_file)"
+            return ConnectionSecurityError(
+                f"TLS handshake with {bootstrap} failed: the broker's certificate is not "
+                f"trusted by {trusted}; check the CA file (ssl_ca_file, OUTBOX_SSL_CA_FILE)"
+            )
+        if error.code() == KafkaError._SSL:
+            return ConnectionSecurityError(f"TLS handshake with {bootstrap} failed: {detail}")
+    if "security.protocol" in detail:
+        return ConnectionSecurityError(
+            f"{bootstrap} closed the connection at the handshake: its listener does not speak"
+            f" security protocol {security.security_protocol} (check security_protocol,"
+            " OUTBOX_SECURITY_PROTOCOL)"
+        )
+    return None
+
+
+class _ErrorRecorder:
+    """An ``error_cb``: keeps the errors the client reports while a request waits."""
+
+    def __init__(self) -> None:
+        self.errors: list[KafkaError] = []
+
+    def __call__(self, error: KafkaError) -> None:
+        self.errors.append(error)
+
+
+def connect(
+    client_config: Mapping[str, Any],
+    security: SecurityRules,
+    bootstrap: str,
+    timeout: float,
+) -> AdminClient:
+    """An AdminClient whose first metadata request was answered within ``timeout``.
+
+    A failed login or handshake ends the wait at once with the error that
+    names its cause; an unreachable cluster, after ``timeout``, with
+    :class:`~outbox.errors.KafkaUnavailableError`.
+    """
+    recorder = _ErrorRecorder()
+    admin = AdminClient({**client_config, "error_cb": recorder})
+    deadline = time.monotonic() + timeout
+    while True:
+        wait = max(0.1, min(_CONNECT_POLL_SECONDS, deadline - time.monotonic()))
+        try:
+            admin.list_topics(timeout=wait)
+            return admin
+        except KafkaException as exc:
+            last = exc.args[0]
+        admin.poll(0)  # serves the error callback
+        for error in recorder.errors:
+            problem = connection_problem(error, security, bootstrap)
+            if problem is not None:
+                raise problem
+        if time.monotonic() >= deadline:
+            raise KafkaUnavailableError(
+                f"cannot reach Kafka at {bootstrap} within {timeout:g}s: {last}"
+            )

@@ -1,0 +1,114 @@
+"""One clear line for each way a secure cluster says no, never a hang or a stack trace.
+
+A wrong password and an untrusted certificate end the start at once naming what
+to check; a missing ACL names the operation, the resource and the principal.
+Each case removes one ACL from the component's list in ``outbox.acls`` (which
+also shows that the list holds nothing that is not needed there).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from checker.service import Checker
+from checker.settings import CheckerSettings
+from outbox import (
+    HalfWriteError,
+    LocalTransactionState,
+    Message,
+    ProducerSettings,
+    TransactionProducer,
+)
+from outbox.acls import Acl, checker_acls, producer_acls
+from outbox.errors import ConnectionSecurityError, NotAuthorizedError
+from tests.producer.conftest import ScriptedListener
+from tests.security.conftest import GROUP, SecureTopics
+
+pytestmark = pytest.mark.kafka
+
+
+def without(acls: list[Acl], resource: str, operation: str) -> list[Acl]:
+    kept = [a for a in acls if not (a.name == resource and a.operation == operation)]
+    assert len(kept) == len(acls) - 1, f"no {operation} on {resource} in the list"
+    return kept
+
+
+def producer(settings: dict[str, object]) -> TransactionProducer:
+    config = ProducerSettings(**settings, start_timeout_seconds=20)
+    return TransactionProducer(GROUP, ScriptedListener(), config)
+
+
+def test_a_wrong_password_names_the_user_and_mechanism_at_once(secure_topics: SecureTopics):
+    settings = {**secure_topics.user("producer"), "sasl_password": "not-the-password"}
+    began = time.monotonic()
+    with pytest.raises(ConnectionSecurityError) as caught:
+        producer(settings).start()
+    assert time.monotonic() - began < 10  # not the start timeout
+    message = str(caught.value)
+    assert f"authentication failed for user '{secure_topics.names.prefix}-producer'" in message
+    assert "SCRAM-SHA-512" in message
+    assert "not-the-password" not in message
+
+
+def test_an_untrusted_certificate_says_to_check_the_ca_file(
+    secure_topics: SecureTopics, tmp_path: Path
+):
+    other_ca = tmp_path / "other-ca.pem"
+    other_ca.write_text(Path("/etc/ssl/certs/ca-certificates.crt").read_text())
+    settings = {**secure_topics.user("producer"), "ssl_ca_file": other_ca}
+    with pytest.raises(ConnectionSecurityError, match="certificate is not trusted") as caught:
+        producer(settings).start()
+    assert str(other_ca) in str(caught.value)
+    assert "check the CA file" in str(caught.value)
+
+
+def test_a_producer_without_describe_configs_on_the_half_topic_fails_its_start(
+    secure_topics: SecureTopics,
+):
+    names = secure_topics.names
+    acls = producer_acls(names, GROUP, [secure_topics.real_topic])
+    settings = secure_topics.user("producer", without(acls, names.half, "DESCRIBE_CONFIGS"))
+    with pytest.raises(NotAuthorizedError) as caught:
+        producer(settings).start()
+    assert str(caught.value).startswith(
+        f"not authorised to DESCRIBE_CONFIGS topic '{names.half}' as "
+        f"User:{names.prefix}-producer; grant it"
+    )
+
+
+def test_a_producer_without_write_on_the_half_topic_fails_the_send(
+    secure_topics: SecureTopics,
+):
+    names = secure_topics.names
+    acls = producer_acls(names, GROUP, [secure_topics.real_topic])
+    settings = secure_topics.user("producer", without(acls, names.half, "WRITE"))
+    with producer(settings).start() as started, pytest.raises(HalfWriteError) as caught:
+        started.send_message_in_transaction(
+            Message(secure_topics.real_topic, b"v"), LocalTransactionState.COMMIT_MESSAGE
+        )
+    assert f"not authorised to WRITE topic '{names.half}' as User:{names.prefix}-producer" in str(
+        caught.value
+    )
+
+
+def test_a_checker_without_its_consumer_group_fails_instead_of_waiting(
+    secure_topics: SecureTopics,
+):
+    names = secure_topics.names
+    acls = checker_acls(names, [secure_topics.real_topic])
+    group = f"{names.prefix}.checker"
+    settings = secure_topics.user("checker", without(acls, group, "READ"))
+    checker = Checker(CheckerSettings(**settings, http_address=""))
+    try:
+        with pytest.raises(NotAuthorizedError) as caught:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                checker.poll_membership(0.2)
+    finally:
+        checker.close()
+    assert str(caught.value).startswith(
+        f"not authorised to READ group '{group}' as User:{names.prefix}-checker"
+    )
