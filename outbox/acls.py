@@ -207,12 +207,21 @@ def component_acls(
     return sink_acls(real_topics, sink_group_prefix)
 
 
+def _by_resource(rows: Sequence[tuple[str, Acl]]) -> dict[tuple[str, str, str, str], list[Acl]]:
+    """Rows of one principal on one resource pattern together, in first-seen order."""
+    grouped: dict[tuple[str, str, str, str], list[Acl]] = {}
+    for principal, acl in rows:
+        key = (principal, acl.resource_type, acl.name, acl.pattern)
+        grouped.setdefault(key, []).append(acl)
+    return grouped
+
+
 def acl_table(rows: Sequence[tuple[str, Acl]]) -> str:
-    """``(principal, acl)`` rows as an aligned text table."""
-    header = ("principal", "resource", "name", "pattern", "operation", "why")
+    """``(principal, acl)`` rows as an aligned text table, one line per resource pattern."""
+    header = ("principal", "resource", "name", "pattern", "operations", "why")
     cells = [
-        (principal, acl.resource_type, acl.name, acl.pattern, acl.operation, acl.why)
-        for principal, acl in rows
+        (principal, kind, name, pattern, ",".join(a.operation for a in acls), acls[0].why)
+        for (principal, kind, name, pattern), acls in _by_resource(rows).items()
     ]
     widths = [max(len(row[i]) for row in (header, *cells)) for i in range(len(header) - 1)]
     lines = []
@@ -248,14 +257,10 @@ _CLI_RESOURCE = {"TOPIC": "--topic", "GROUP": "--group", "TRANSACTIONAL_ID": "--
 
 def kafka_acls_commands(rows: Sequence[tuple[str, Acl]], bootstrap: str) -> list[str]:
     """The same rows as ``kafka-acls.sh`` commands, one per principal, resource and pattern."""
-    grouped: dict[tuple[str, str, str, str], list[str]] = {}
-    for principal, acl in rows:
-        key = (principal, acl.resource_type, acl.name, acl.pattern)
-        grouped.setdefault(key, []).append(acl.operation)
     commands = []
-    for (principal, resource_type, name, pattern), operations in grouped.items():
+    for (principal, resource_type, name, pattern), acls in _by_resource(rows).items():
         resource = f"{_CLI_RESOURCE[resource_type]} {name}"
-        ops = " ".join(f"--operation {_pascal(op)}" for op in operations)
+        ops = " ".join(f"--operation {_pascal(acl.operation)}" for acl in acls)
         prefix = " --resource-pattern-type prefixed" if pattern == "PREFIXED" else ""
         commands.append(
             f"kafka-acls.sh --bootstrap-server {bootstrap} --command-config admin.properties "
