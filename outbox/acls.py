@@ -37,9 +37,6 @@ CHECKER_READER_GROUP_PREFIX = "outbox-checker-reader-"
 """Group ids of the checker's offset-addressed readers: no offsets are stored under
 them, but librdkafka looks up their coordinator, which needs DESCRIBE."""
 
-DEFAULT_SINK_GROUP_PREFIX = "outbox-sink"
-"""The sink's default ``group_id_prefix``: Spark's Kafka source names its groups after it."""
-
 
 @dataclass(frozen=True)
 class Acl:
@@ -176,17 +173,19 @@ def checker_acls(
     ]
 
 
-def sink_acls(
-    real_topics: Sequence[str], group_prefix: str = DEFAULT_SINK_GROUP_PREFIX
-) -> list[Acl]:
-    """The Spark sink reading ``real_topics``."""
+def sink_acls(real_topics: Sequence[str]) -> list[Acl]:
+    """The Spark sink reading ``real_topics``.
+
+    No group: Spark's Kafka source assigns partitions itself and keeps offsets
+    in its checkpoint, so its consumers never reach a group coordinator. Its
+    group ids still start with the sink's ``group_id_prefix``, which is what a
+    prefixed group ACL names should ``spark.sql.streaming.kafka.useDeprecatedOffsetFetching``
+    be turned on (its driver then subscribes).
+    """
     return [
-        *(
-            acl
-            for topic in real_topics
-            for acl in _acls("TOPIC", topic, ("READ", "DESCRIBE"), "read committed events")
-        ),
-        *_acls("GROUP", group_prefix, ("READ",), "Spark source's consumer groups", "PREFIXED"),
+        acl
+        for topic in real_topics
+        for acl in _acls("TOPIC", topic, ("READ", "DESCRIBE"), "read committed events")
     ]
 
 
@@ -197,14 +196,13 @@ def component_acls(
     producer_group: str,
     real_topics: Sequence[str],
     checker_group: str | None = None,
-    sink_group_prefix: str = DEFAULT_SINK_GROUP_PREFIX,
 ) -> list[Acl]:
     """The ACLs of one component, by name."""
     if component == "producer":
         return producer_acls(topics, producer_group, real_topics)
     if component == "checker":
         return checker_acls(topics, real_topics, checker_group)
-    return sink_acls(real_topics, sink_group_prefix)
+    return sink_acls(real_topics)
 
 
 def _by_resource(rows: Sequence[tuple[str, Acl]]) -> dict[tuple[str, str, str, str], list[Acl]]:

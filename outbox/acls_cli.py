@@ -8,7 +8,6 @@ import typer
 
 from outbox.acls import (
     COMPONENTS,
-    DEFAULT_SINK_GROUP_PREFIX,
     Acl,
     Component,
     acl_table,
@@ -46,9 +45,6 @@ def print_acls(
         str | None,
         typer.Option(help="The checker's consumer group; default '<prefix>.checker'."),
     ] = None,
-    sink_group_prefix: Annotated[
-        str, typer.Option(help="The sink's group_id_prefix.")
-    ] = DEFAULT_SINK_GROUP_PREFIX,
     producer: Annotated[str, typer.Option(help="Principal of the producers.")] = "User:producer",
     checker: Annotated[str, typer.Option(help="Principal of the checker.")] = "User:checker",
     sink: Annotated[str, typer.Option(help="Principal of the sink.")] = "User:sink",
@@ -88,7 +84,6 @@ def print_acls(
             producer_group=group,
             real_topics=topics or [],
             checker_group=checker_group,
-            sink_group_prefix=sink_group_prefix,
         )
     ]
     if as_commands:

@@ -1,0 +1,75 @@
+"""The Spark sink as a least-privileged SCRAM user: it lands the committed events,
+and its password appears nowhere in what it prints (Spark's and Kafka's logs included)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from outbox.acls import sink_acls
+from outbox.protocol import Header
+from tests.security.conftest import GROUP, SecureTopics
+from tests.spark_sink.test_cli import SPARK_FLAGS, outbox
+
+pytestmark = pytest.mark.kafka
+
+
+def publish_committed(topics: SecureTopics, count: int) -> None:
+    """Records as the relay publishes them, in one Kafka transaction (as the admin)."""
+    producer = Producer(
+        {
+            "bootstrap.servers": topics.kafka.bootstrap,
+            **topics.kafka.security.client_config(),
+            "transactional.id": f"test-{uuid.uuid4().hex}",
+        }
+    )
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(count):
+        headers = [
+            (Header.TRANSACTION_ID.value, f"tx-{i}".encode()),
+            (Header.PRODUCER_GROUP.value, GROUP.encode()),
+        ]
+        producer.produce(topics.real_topic, value=f"v{i}".encode(), headers=headers)
+    producer.commit_transaction(30)
+
+
+def test_the_sink_lands_rows_as_its_own_user_and_never_prints_its_password(
+    secure_topics: SecureTopics, tmp_path: Path
+):
+    publish_committed(secure_topics, 2)
+    user = secure_topics.user("sink", sink_acls([secure_topics.real_topic]))
+    password = user["sasl_password"]
+    env = {
+        **os.environ,
+        "OUTBOX_BOOTSTRAP_SERVERS": user["bootstrap_servers"],
+        "OUTBOX_SECURITY_PROTOCOL": "SASL_SSL",
+        "OUTBOX_SASL_USERNAME": user["sasl_username"],
+        "OUTBOX_SASL_PASSWORD": password,
+        "OUTBOX_SSL_CA_FILE": str(user["ssl_ca_file"]),
+    }
+    result = outbox(
+        "sink",
+        "--topics",
+        secure_topics.real_topic,
+        "--prefix",
+        secure_topics.names.prefix,
+        "--output",
+        str(tmp_path / "table"),
+        "--checkpoint",
+        str(tmp_path / "checkpoint"),
+        "--shuffle-partitions",
+        "2",
+        "--once",
+        "--log-level",
+        "INFO",
+        *SPARK_FLAGS,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "rows_in=2 written=2 duplicates=0" in result.stdout.splitlines()[-1]
+    assert password not in result.stdout + result.stderr
