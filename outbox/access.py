@@ -12,6 +12,7 @@ resource and the principal, and where to find the ACLs each component needs.
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from collections.abc import Mapping
@@ -90,6 +91,14 @@ def connection_problem(
     return None
 
 
+def _quiet_logger() -> logging.Logger:
+    quiet = logging.getLogger("outbox.kafka.probe")
+    quiet.propagate = False
+    if not quiet.handlers:
+        quiet.addHandler(logging.NullHandler())
+    return quiet
+
+
 class _ErrorRecorder:
     """An ``error_cb``: keeps the errors the client reports while a request waits."""
 
@@ -106,23 +115,24 @@ def connect(
     bootstrap: str,
     timeout: float,
 ) -> AdminClient:
-    """An AdminClient whose first metadata request was answered within ``timeout``.
+    """An AdminClient of a cluster that answered a first metadata request within ``timeout``.
 
     A failed login or handshake ends the wait at once with the error that
     names its cause; an unreachable cluster, after ``timeout``, with
     :class:`~outbox.errors.KafkaUnavailableError`.
     """
     recorder = _ErrorRecorder()
-    admin = AdminClient({**client_config, "error_cb": recorder})
+    # The probe's own log lines would repeat the error this raises, less clearly.
+    probe = AdminClient({**client_config, "error_cb": recorder, "logger": _quiet_logger()})
     deadline = time.monotonic() + timeout
     while True:
         wait = max(0.1, min(_CONNECT_POLL_SECONDS, deadline - time.monotonic()))
         try:
-            admin.list_topics(timeout=wait)
-            return admin
+            probe.list_topics(timeout=wait)
+            return AdminClient(dict(client_config))
         except KafkaException as exc:
             last = exc.args[0]
-        admin.poll(0)  # serves the error callback
+        probe.poll(0)  # serves the error callback
         for error in recorder.errors:
             problem = connection_problem(error, security, bootstrap)
             if problem is not None:

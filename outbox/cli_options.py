@@ -6,15 +6,18 @@ fills, so a container is configured the same way as a shell.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from importlib.metadata import entry_points
 from typing import Annotated
 
 import typer
+from confluent_kafka.admin import AdminClient
 from pydantic import ValidationError
 
+from outbox.access import connect
 from outbox.config import BOOTSTRAP_ENV, KafkaSettings, parse_properties, settings_error
-from outbox.errors import ConfigurationError
+from outbox.errors import ConfigurationError, NotAuthorizedError
 from outbox.protocol import DEFAULT_PREFIX
 
 BootstrapOption = Annotated[
@@ -82,3 +85,17 @@ def kafka_settings(
         return KafkaSettings(bootstrap_servers=bootstrap, topic_prefix=prefix, **explicit)
     except ValidationError as exc:
         raise settings_error(exc, KafkaSettings) from None
+
+
+@contextmanager
+def admin_session(settings: KafkaSettings, timeout: float = 10.0) -> Iterator[AdminClient]:
+    """An AdminClient that has reached the cluster, for one command.
+
+    A wrong password or an untrusted certificate is one clear error at once
+    (:func:`outbox.access.connect`); an ACL refusal inside names the user.
+    """
+    admin = connect(settings.client_config(), settings, settings.bootstrap_servers, timeout)
+    try:
+        yield admin
+    except NotAuthorizedError as exc:
+        raise exc.by(settings.principal) from None

@@ -5,11 +5,16 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
-from confluent_kafka.admin import AdminClient
 from rich.table import Table
 
 from outbox.admin import TopicState, ensure_topics, plan_topics, read_topic_states
-from outbox.cli_options import BootstrapOption, PrefixOption, PropertiesOption, kafka_settings
+from outbox.cli_options import (
+    BootstrapOption,
+    PrefixOption,
+    PropertiesOption,
+    admin_session,
+    kafka_settings,
+)
 from outbox.console import make_console
 from outbox.protocol import DEFAULT_PREFIX
 
@@ -79,10 +84,10 @@ def create(
 ) -> None:
     """Create the half, op and discard topics (and check topics); idempotent."""
     settings = kafka_settings(bootstrap, prefix, properties)
-    admin = AdminClient(settings.client_config())
     specs = plan_topics(settings.topics, partitions, replication_factor, tuple(groups or ()))
-    created = ensure_topics(admin, specs)
-    states = read_topic_states(admin, [s.name for s in specs])
+    with admin_session(settings) as admin:
+        created = ensure_topics(admin, specs)
+        states = read_topic_states(admin, [s.name for s in specs])
     make_console().print(
         _table(f"outbox topics on {settings.bootstrap_servers}", list(states.values()), created)
     )
@@ -97,9 +102,9 @@ def describe(
 ) -> None:
     """Show the outbox topics; exits 1 if any is missing or half and op disagree."""
     settings = kafka_settings(bootstrap, prefix, properties)
-    admin = AdminClient(settings.client_config())
     names = [*settings.topics.fixed, *(settings.topics.check(g) for g in groups or ())]
-    states = read_topic_states(admin, names)
+    with admin_session(settings) as admin:
+        states = read_topic_states(admin, names)
     make_console().print(
         _table(f"outbox topics on {settings.bootstrap_servers}", list(states.values()))
     )

@@ -23,6 +23,7 @@ from outbox_devtools.kafka import (
     running_state,
     state_file,
 )
+from outbox_devtools.secure_kafka import BrokerSecurity
 
 kafka_app = typer.Typer(
     help=f"A local Apache Kafka {KAFKA_VERSION} broker (KRaft, one node) from the official jars.",
@@ -39,6 +40,13 @@ def register(app: typer.Typer) -> None:
 def start(
     port: Annotated[int, typer.Option(help="Client port on 127.0.0.1 (0: any free).")] = 0,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for readiness.")] = 90.0,
+    secure: Annotated[
+        bool,
+        typer.Option(
+            help="SASL_SSL (SCRAM-SHA-512) with ACLs enforced; the admin's login is written"
+            " to admin.env and admin.properties in the work dir."
+        ),
+    ] = False,
 ) -> None:
     """Start a detached broker with a fresh data dir; prints `bootstrap: HOST:PORT` last."""
     state = running_state()
@@ -48,7 +56,10 @@ def start(
         return
     work_dir = processes.state_dir() / "kafka"
     shutil.rmtree(work_dir, ignore_errors=True)
-    broker = LocalKafka(work_dir, port=port or None, start_timeout=timeout, detached=True)
+    security = BrokerSecurity() if secure else None
+    broker = LocalKafka(
+        work_dir, port=port or None, start_timeout=timeout, detached=True, security=security
+    )
     try:
         broker.start()
     except KafkaRuntimeError as exc:
@@ -64,6 +75,7 @@ def start(
         "log": str(broker.log_path),
         "kafka_version": KAFKA_VERSION,
         "started_at": time.time(),
+        "secure": secure,
     }
     state_file().parent.mkdir(parents=True, exist_ok=True)
     state_file().write_text(json.dumps(record, indent=2) + "\n")
@@ -72,6 +84,13 @@ def start(
         f"(pid {broker.pid}, log {broker.log_path})",
         err=True,
     )
+    if security is not None:
+        env, properties = security.write_admin_files(work_dir)
+        typer.echo(
+            f"SASL_SSL with ACLs enforced; as the admin: `source {env}` (outbox commands),"
+            f" --command-config {properties} (Kafka's tools)",
+            err=True,
+        )
     typer.echo(f"bootstrap: {broker.bootstrap_servers}")
 
 

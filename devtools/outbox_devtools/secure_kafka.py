@@ -140,6 +140,25 @@ class BrokerSecurity:
             "ssl_ca_file": self.ca_file,
         }
 
+    def write_admin_files(self, directory: Path) -> tuple[Path, Path]:
+        """The admin's login as ``OUTBOX_*`` variables (``admin.env``, to ``source``) and as
+        Java client properties (``admin.properties``, for ``kafka-acls.sh --command-config``);
+        readable by the owner only, since they hold the password."""
+        from outbox.security import KafkaSecurity
+
+        settings = self.settings()
+        env = directory / "admin.env"
+        properties = directory / "admin.properties"
+        for path in (env, properties):
+            path.touch(mode=0o600, exist_ok=True)
+            path.chmod(0o600)
+        env.write_text(
+            "".join(f"export OUTBOX_{name.upper()}='{value}'\n" for name, value in settings.items())
+        )
+        java = KafkaSecurity(**settings).java()
+        properties.write_text("".join(f"{key}={value}\n" for key, value in java.items()))
+        return env, properties
+
     def client_config(self, user: str = ADMIN_USER, password: str | None = None) -> dict[str, str]:
         """librdkafka properties for ``user`` (default: the admin)."""
         from outbox.security import KafkaSecurity

@@ -1,0 +1,74 @@
+"""The command line on a secure cluster: whole one-line errors, and the ACL list it prints."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from outbox.acls import producer_acls
+from tests.security.conftest import GROUP, SecureTopics
+
+pytestmark = pytest.mark.kafka
+
+
+def outbox(*args: str, user: dict[str, object]) -> tuple[int, str, float]:
+    env = {
+        **os.environ,
+        **{f"OUTBOX_{key.upper()}": str(value) for key, value in user.items()},
+    }
+    began = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "outbox", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return done.returncode, done.stdout + done.stderr, time.monotonic() - began
+
+
+def test_a_wrong_password_is_one_line_at_once(secure_topics: SecureTopics):
+    user = {**secure_topics.user("admin-tool"), "sasl_password": "wrong-password"}
+    code, output, seconds = outbox("topics", "describe", user=user)
+    assert code == 1
+    assert output.strip().splitlines() == [
+        f"outbox: error: authentication failed for user '{secure_topics.names.prefix}-admin-tool'"
+        f" with mechanism SCRAM-SHA-512 at {secure_topics.kafka.bootstrap}: check sasl_username"
+        " and sasl_password (OUTBOX_SASL_USERNAME, OUTBOX_SASL_PASSWORD)"
+    ]
+    assert seconds < 10  # not the 10 s wait for an unreachable cluster
+
+
+def test_a_missing_acl_names_operation_topic_and_user(secure_topics: SecureTopics):
+    names = secure_topics.names
+    user = secure_topics.user("nobody")
+    code, output, _ = outbox("topics", "describe", user=user)
+    assert code == 1
+    assert output.strip().splitlines() == [
+        f"outbox: error: not authorised to DESCRIBE topic '{names.half}' as "
+        f"User:{names.prefix}-nobody; grant it (`outbox acls print --group GROUP` lists the"
+        " ACLs each component needs)"
+    ]
+
+
+def test_acls_print_lists_what_the_code_needs():
+    done = subprocess.run(
+        [sys.executable, "-m", "outbox", "acls", "print", "--group", GROUP, "-t", "orders.events"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].split() == ["principal", "resource", "name", "pattern", "operations", "why"]
+    from outbox.protocol import TopicNames
+
+    for acl in producer_acls(TopicNames(), GROUP, ["orders.events"]):
+        assert any(
+            line.startswith("User:producer") and acl.name in line and acl.operation in line
+            for line in lines
+        ), acl
