@@ -17,10 +17,12 @@ from collections.abc import Callable
 from concurrent.futures import Executor, wait
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka import Message as KafkaMessage
 
 from outbox import metrics
+from outbox.access import is_authorization_failure, principal_of
+from outbox.errors import NotAuthorizedError
 from outbox.protocol import CheckRequest, MalformedRecordError, RawRecord
 
 log = logging.getLogger(__name__)
@@ -43,6 +45,9 @@ class CheckResponder:
         now_ms: Callable[[], int],
     ) -> None:
         self._topic = topic
+        self._group = consumer_group
+        self._client_config = client_config
+        self._refused: tuple[str, str] | None = None
         self._producer_group = producer_group
         self._answer = answer
         self._executor = executor
@@ -100,9 +105,27 @@ class CheckResponder:
             if message is None:
                 continue
             if message.error():
-                log.warning("check topic %s: %s", self._topic, message.error())
+                self._report(message.error())
                 continue
             self._handle(message)
+
+    def _report(self, error: KafkaError) -> None:
+        """A consumer error as a warning; a refusal by the authoriser as one error naming
+        the ACL, logged once: no check-back is answered until it is granted."""
+        if not is_authorization_failure(error):
+            log.warning("check topic %s: %s", self._topic, error)
+            return
+        refused = (
+            ("READ", f"group {self._group!r}")
+            if error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+            else ("READ", f"topic {self._topic!r}")
+        )
+        if refused != self._refused:
+            self._refused = refused
+            log.error(
+                "no check-back can be answered: %s",
+                NotAuthorizedError(*refused, principal_of(self._client_config)),
+            )
 
     def _handle(self, message: KafkaMessage) -> None:
         try:

@@ -8,6 +8,7 @@ also shows that the list holds nothing that is not needed there).
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 
@@ -112,3 +113,28 @@ def test_a_checker_without_its_consumer_group_fails_instead_of_waiting(
     assert str(caught.value).startswith(
         f"not authorised to READ group '{group}' as User:{names.prefix}-checker"
     )
+
+
+def test_a_producer_without_its_check_back_group_logs_one_error_naming_it(
+    secure_topics: SecureTopics, caplog: pytest.LogCaptureFixture
+):
+    names = secure_topics.names
+    group = names.check(GROUP)
+    acls = [
+        a
+        for a in producer_acls(names, GROUP, [secure_topics.real_topic])
+        if a.resource_type != "GROUP"
+    ]
+    assert len(acls) == len(producer_acls(names, GROUP, [secure_topics.real_topic])) - 1
+    settings = secure_topics.user("producer", acls)
+    expected = (
+        f"no check-back can be answered: not authorised to READ group '{group}' as "
+        f"User:{names.prefix}-producer"
+    )
+    with caplog.at_level(logging.ERROR, logger="outbox"), producer(settings).start():
+        deadline = time.monotonic() + 20
+        while expected not in caplog.text:
+            assert time.monotonic() < deadline, caplog.text
+            time.sleep(0.1)
+        time.sleep(1)  # librdkafka keeps reporting it: still one line
+    assert caplog.text.count(expected) == 1
