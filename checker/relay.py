@@ -56,8 +56,9 @@ from checker.decision_memory import DecisionMemory
 from checker.half_lookup import HalfLookup
 from checker.kafka_reader import TopicCursor, end_offsets
 from checker.watchdog import StuckError, call_with_deadline
+from outbox.access import is_authorization_failure, principal_of
 from outbox.acked_writer import produce_when_room
-from outbox.errors import InvalidMessageError, KafkaUnavailableError
+from outbox.errors import InvalidMessageError, KafkaUnavailableError, NotAuthorizedError
 from outbox.protocol import (
     Decision,
     DiscardReason,
@@ -168,7 +169,15 @@ class Relay:
             try:
                 self.pump(0.2)
                 backoff = 0.5
-            except (KafkaException, KafkaUnavailableError) as exc:
+            except KafkaException as exc:
+                refused = self._refusal(exc.args[0])
+                if refused is None:
+                    log.warning("relay batch failed, reading it again in %.1fs: %s", backoff, exc)
+                else:
+                    log.error(
+                        "relay batch refused, reading it again in %.1fs: %s", backoff, refused
+                    )
+            except KafkaUnavailableError as exc:
                 log.warning("relay batch failed, reading it again in %.1fs: %s", backoff, exc)
             except Exception:  # a thread that died would stop publication in silence
                 log.exception("relay batch failed unexpectedly, reading it again in %.1fs", backoff)
@@ -180,6 +189,26 @@ class Relay:
                 self._rewind()
             except Exception:
                 log.exception("relay cannot resume yet")
+
+    def _refusal(self, error: KafkaError) -> NotAuthorizedError | None:
+        """What the authoriser refused, when it refused: the relay retries, so an ACL
+        granted meanwhile lets it carry on without a restart."""
+        if not is_authorization_failure(error):
+            return None
+        code = error.code()
+        if code == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+            operation, resource = (
+                "WRITE",
+                f"transactional id {self._producer_config['transactional.id']!r}",
+            )
+        elif code == KafkaError.GROUP_AUTHORIZATION_FAILED:
+            operation, resource = "READ", f"group {self._group_id!r}"
+        else:
+            operation, resource = (
+                "WRITE",
+                "the real topics of this batch (named in the client's log)",
+            )
+        return NotAuthorizedError(operation, resource, principal_of(self._client_config))
 
     def stop(self) -> None:
         self._stopping.set()

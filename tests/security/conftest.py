@@ -48,6 +48,11 @@ class SecureKafka:
     def ca_file(self) -> Path:
         return self.security.ca_file
 
+    def grant(self, user: str, acls: Sequence[Acl]) -> None:
+        if acls:
+            for future in self.admin.create_acls(acl_bindings(f"User:{user}", acls)).values():
+                future.result(30)
+
     def add_user(self, name: str, acls: Sequence[Acl] = ()) -> dict[str, Any]:
         """A SCRAM user granted exactly ``acls``; the security settings to log in as it."""
         password = secrets.token_urlsafe(12)
@@ -56,9 +61,7 @@ class SecureKafka:
         )
         for future in self.admin.alter_user_scram_credentials([upsert]).values():
             future.result(30)
-        if acls:
-            for future in self.admin.create_acls(acl_bindings(f"User:{name}", acls)).values():
-                future.result(30)
+        self.grant(name, acls)
         return {"bootstrap_servers": self.bootstrap, **self.security.settings(name, password)}
 
 

@@ -25,6 +25,7 @@ from outbox import (
 )
 from outbox.acls import Acl, checker_acls, producer_acls
 from outbox.errors import ConnectionSecurityError, NotAuthorizedError
+from outbox.reading import read_topic
 from tests.producer.conftest import ScriptedListener
 from tests.security.conftest import GROUP, SecureTopics
 
@@ -138,3 +139,45 @@ def test_a_producer_without_its_check_back_group_logs_one_error_naming_it(
             time.sleep(0.1)
         time.sleep(1)  # librdkafka keeps reporting it: still one line
     assert caplog.text.count(expected) == 1
+
+
+def test_a_relay_without_write_on_the_real_topic_says_so_and_resumes_once_granted(
+    secure_topics: SecureTopics, caplog: pytest.LogCaptureFixture
+):
+    names, real = secure_topics.names, secure_topics.real_topic
+    acls = checker_acls(names, [real])
+    checker_user = secure_topics.user("checker", without(acls, real, "WRITE"))
+    producer_user = secure_topics.user("producer", producer_acls(names, GROUP, [real]))
+    expected = (
+        "relay batch refused, reading it again in 0.5s: not authorised to WRITE the real topics"
+        f" of this batch (named in the client's log) as User:{names.prefix}-checker"
+    )
+    checker = Checker(CheckerSettings(**checker_user, http_address=""))
+    try:
+        with (
+            caplog.at_level(logging.ERROR, logger="checker"),
+            producer(producer_user).start() as sender,
+        ):
+            sender.send_message_in_transaction(
+                Message(real, b"v"), LocalTransactionState.COMMIT_MESSAGE
+            )
+            relay = checker.start_relay()
+            assert relay is not None
+            deadline = time.monotonic() + 30
+            while expected not in caplog.text:
+                assert time.monotonic() < deadline, caplog.text
+                time.sleep(0.1)
+            secure_topics.kafka.grant(
+                f"{names.prefix}-checker",
+                [a for a in acls if a.name == real and a.operation == "WRITE"],
+            )
+            admin = {
+                "bootstrap.servers": secure_topics.kafka.bootstrap,
+                **secure_topics.kafka.security.client_config(),
+            }
+            deadline = time.monotonic() + 60
+            while not read_topic(admin, real):
+                assert time.monotonic() < deadline, "the relay did not resume"
+                time.sleep(0.5)
+    finally:
+        checker.close()
