@@ -32,6 +32,7 @@ AUTHORIZATION_FAILURES: dict[int, str] = {
 }
 
 _CONNECT_POLL_SECONDS = 0.5
+_HANG_UPS_TO_BLAME_PROTOCOL = 3
 _AFTER_STATE = re.compile(r"\s*\(after \d+ms in state \w+\)\s*$")
 _BROKER_NAME = re.compile(r"^\S+://\S+/(?:\d+|bootstrap): ")
 
@@ -83,30 +84,50 @@ def connection_problem(
         if error.code() == KafkaError._SSL:
             return ConnectionSecurityError(f"TLS handshake with {bootstrap} failed: {detail}")
     if "security.protocol" in detail:
-        return ConnectionSecurityError(
-            f"{bootstrap} closed the connection at the handshake: its listener does not speak"
-            f" security protocol {security.security_protocol} (check security_protocol,"
-            " OUTBOX_SECURITY_PROTOCOL)"
-        )
+        return wrong_protocol(security, bootstrap)
     return None
 
 
-def _quiet_logger() -> logging.Logger:
-    quiet = logging.getLogger("outbox.kafka.probe")
-    quiet.propagate = False
-    if not quiet.handlers:
-        quiet.addHandler(logging.NullHandler())
-    return quiet
+def wrong_protocol(security: SecurityRules, bootstrap: str) -> ConnectionSecurityError:
+    """librdkafka's guess (the broker hung up on the first request) as advice."""
+    return ConnectionSecurityError(
+        f"{bootstrap} closed the connection at the handshake: its listener does not speak"
+        f" security protocol {security.security_protocol} (check security_protocol,"
+        " OUTBOX_SECURITY_PROTOCOL)"
+    )
 
 
-class _ErrorRecorder:
-    """An ``error_cb``: keeps the errors the client reports while a request waits."""
+class _ErrorRecorder(logging.Handler):
+    """The probe client's ``error_cb`` and log: what it reports while a request waits.
+
+    A plaintext client at a TLS listener gets no error event at all, only a log
+    line that the broker hung up on the version request; hence the log too.
+    Kept here, never printed: the error raised from them says it more clearly.
+    """
 
     def __init__(self) -> None:
+        super().__init__()
         self.errors: list[KafkaError] = []
+        self.lines: list[str] = []
+        self.logger = logging.Logger("outbox.kafka.probe")
+        self.logger.addHandler(self)
 
     def __call__(self, error: KafkaError) -> None:
         self.errors.append(error)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+    def hung_up_at_handshake(self) -> bool:
+        """The broker closed the connection at the first request, again and again: it
+        expects TLS (or no TLS) where the client spoke otherwise. Once could be a restart."""
+        hang_ups = [
+            line
+            for line in self.lines
+            if "security.protocol" in line
+            or ("closed by peer" in line and "state APIVERSION_QUERY" in line)
+        ]
+        return len(hang_ups) >= _HANG_UPS_TO_BLAME_PROTOCOL
 
 
 def connect(
@@ -122,8 +143,7 @@ def connect(
     :class:`~outbox.errors.KafkaUnavailableError`.
     """
     recorder = _ErrorRecorder()
-    # The probe's own log lines would repeat the error this raises, less clearly.
-    probe = AdminClient({**client_config, "error_cb": recorder, "logger": _quiet_logger()})
+    probe = AdminClient({**client_config, "error_cb": recorder, "logger": recorder.logger})
     deadline = time.monotonic() + timeout
     while True:
         wait = max(0.1, min(_CONNECT_POLL_SECONDS, deadline - time.monotonic()))
@@ -137,6 +157,8 @@ def connect(
             problem = connection_problem(error, security, bootstrap)
             if problem is not None:
                 raise problem
+        if recorder.hung_up_at_handshake():
+            raise wrong_protocol(security, bootstrap)
         if time.monotonic() >= deadline:
             raise KafkaUnavailableError(
                 f"cannot reach Kafka at {bootstrap} within {timeout:g}s: {last}"

@@ -7,6 +7,7 @@ its own topics and users (a unique prefix), grants exactly what
 
 from __future__ import annotations
 
+import logging
 import secrets
 import uuid
 from collections.abc import Iterator, Sequence
@@ -70,8 +71,13 @@ def secure_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureKaf
     security = BrokerSecurity()
     broker = LocalKafka(tmp_path_factory.mktemp("secure-kafka"), security=security)
     with broker:
+        # Through logging, so it says nothing once the broker has stopped.
         admin = AdminClient(
-            {"bootstrap.servers": broker.bootstrap_servers, **security.client_config()}
+            {
+                "bootstrap.servers": broker.bootstrap_servers,
+                **security.client_config(),
+                "logger": logging.getLogger("tests.security.admin"),
+            }
         )
         yield SecureKafka(broker, security, admin)
 

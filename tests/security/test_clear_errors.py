@@ -181,3 +181,14 @@ def test_a_relay_without_write_on_the_real_topic_says_so_and_resumes_once_grante
                 time.sleep(0.5)
     finally:
         checker.close()
+
+
+def test_plaintext_against_a_tls_listener_says_to_check_the_protocol(
+    secure_topics: SecureTopics,
+):
+    settings = {"bootstrap_servers": secure_topics.kafka.bootstrap, "topic_prefix": "x"}
+    began = time.monotonic()
+    with pytest.raises(ConnectionSecurityError) as caught:
+        producer(settings).start()
+    assert time.monotonic() - began < 10
+    assert "does not speak security protocol PLAINTEXT" in str(caught.value)
