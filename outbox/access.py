@@ -60,6 +60,25 @@ def _detail(error: KafkaError) -> str:
     return _AFTER_STATE.sub("", _BROKER_NAME.sub("", error.str()))
 
 
+def authentication_failed(security: SecurityRules, bootstrap: str) -> str:
+    """The broker refused the user name and password (never shown)."""
+    return (
+        f"authentication failed for user {security.sasl_username!r} with mechanism "
+        f"{security.sasl_mechanism} at {bootstrap}: check sasl_username and "
+        "sasl_password (OUTBOX_SASL_USERNAME, OUTBOX_SASL_PASSWORD)"
+    )
+
+
+def untrusted_certificate(security: SecurityRules, bootstrap: str) -> str:
+    """The client does not trust the certificate the broker showed."""
+    ca = security.ssl_ca_file
+    trusted = f"the CA file {str(ca)!r}" if ca else "the system's CAs (no ssl_ca_file)"
+    return (
+        f"TLS handshake with {bootstrap} failed: the broker's certificate is not "
+        f"trusted by {trusted}; check the CA file (ssl_ca_file, OUTBOX_SSL_CA_FILE)"
+    )
+
+
 def connection_problem(
     error: KafkaError, security: SecurityRules, bootstrap: str
 ) -> ConnectionSecurityError | None:
@@ -67,20 +86,11 @@ def connection_problem(
     detail = _detail(error)
     if error.code() == KafkaError._AUTHENTICATION:
         if "SASL" in detail or security.sasl_username:
-            return ConnectionSecurityError(
-                f"authentication failed for user {security.sasl_username!r} with mechanism "
-                f"{security.sasl_mechanism} at {bootstrap}: check sasl_username and "
-                "sasl_password (OUTBOX_SASL_USERNAME, OUTBOX_SASL_PASSWORD)"
-            )
+            return ConnectionSecurityError(authentication_failed(security, bootstrap))
         return ConnectionSecurityError(f"authentication at {bootstrap} failed: {detail}")
     if error.code() in (KafkaError._SSL, KafkaError._AUTHENTICATION) or "SSL" in detail:
         if "certificate verify failed" in detail:
-            ca = security.ssl_ca_file
-            trusted = f"the CA file {str(ca)!r}" if ca else "the system's CAs (no ssl_ca_file)"
-            return ConnectionSecurityError(
-                f"TLS handshake with {bootstrap} failed: the broker's certificate is not "
-                f"trusted by {trusted}; check the CA file (ssl_ca_file, OUTBOX_SSL_CA_FILE)"
-            )
+            return ConnectionSecurityError(untrusted_certificate(security, bootstrap))
         if error.code() == KafkaError._SSL:
             return ConnectionSecurityError(f"TLS handshake with {bootstrap} failed: {detail}")
     if "security.protocol" in detail:

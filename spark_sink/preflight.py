@@ -21,6 +21,8 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from outbox.access import authentication_failed, untrusted_certificate
+from outbox.errors import NotAuthorizedError
 from spark_sink.errors import CheckpointError, KafkaSourceError, OutputPathError, SparkJarsError
 from spark_sink.jars import connector_coordinates
 
@@ -148,6 +150,21 @@ def _java_admin_properties(settings: SinkSettings) -> dict[str, str]:
     }
 
 
+def _unwrapped(exception: Any) -> Any:
+    """A Java future's failure without its ``ExecutionException`` wrapper."""
+    if exception is not None and exception.getClass().getSimpleName() == "ExecutionException":
+        return exception.getCause() or exception
+    return exception
+
+
+def _java_admin(jvm: Any, settings: SinkSettings) -> Any:
+    """The Java client's Admin, as the Spark source will connect."""
+    props = jvm.java.util.Properties()
+    for key, value in _java_admin_properties(settings).items():
+        props.setProperty(key, value)
+    return jvm.org.apache.kafka.clients.admin.Admin.create(props)
+
+
 def list_topics_with_jvm(spark: SparkSession, settings: SinkSettings) -> set[str] | None:
     """Topic names as the JVM's Kafka client sees them; None when there is no JVM (Connect)."""
     jvm: Any = getattr(spark, "_jvm", None) or getattr(spark.sparkContext, "_jvm", None)
@@ -164,10 +181,7 @@ def list_topics_with_jvm(spark: SparkSession, settings: SinkSettings) -> set[str
         admin_class = jvm.org.apache.kafka.clients.admin.Admin
         if not isinstance(admin_class, JavaClass):  # py4j's stand-in for an unknown class
             raise no_connector
-        props = jvm.java.util.Properties()
-        for key, value in _java_admin_properties(settings).items():
-            props.setProperty(key, value)
-        admin = admin_class.create(props)
+        admin = _java_admin(jvm, settings)
     except Py4JJavaError as exc:
         message = _first_line(exc.java_exception) if exc.java_exception else _first_line(exc)
         raise KafkaSourceError(
@@ -181,8 +195,16 @@ def list_topics_with_jvm(spark: SparkSession, settings: SinkSettings) -> set[str
         names = future.get(int(settings.kafka_timeout_seconds * 1000), unit)
         return {str(name) for name in names}
     except Py4JJavaError as exc:
-        cause = exc.java_exception
+        cause = _unwrapped(exc.java_exception)
         name = cause.getClass().getSimpleName() if cause is not None else ""
+        if name == "SaslAuthenticationException":
+            raise KafkaSourceError(
+                authentication_failed(settings, settings.bootstrap_servers)
+            ) from None
+        if name == "SslAuthenticationException":
+            raise KafkaSourceError(
+                untrusted_certificate(settings, settings.bootstrap_servers)
+            ) from None
         if name == "TimeoutException" or "Timed out" in str(cause):
             raise KafkaSourceError(
                 f"Kafka at {settings.bootstrap_servers} did not answer within "
@@ -197,6 +219,31 @@ def list_topics_with_jvm(spark: SparkSession, settings: SinkSettings) -> set[str
             admin.close(jvm.java.time.Duration.ofMillis(500))
 
 
+def _check_described(spark: SparkSession, settings: SinkSettings, topics: list[str]) -> None:
+    """A listing leaves out the topics the user may not DESCRIBE: ask for them by name, so
+    a missing ACL is not reported as a missing topic."""
+    if not topics:
+        return
+    jvm: Any = getattr(spark, "_jvm", None) or spark.sparkContext._jvm
+    from py4j.protocol import Py4JJavaError
+
+    admin = _java_admin(jvm, settings)
+    try:
+        for topic in topics:
+            names = jvm.java.util.Collections.singletonList(topic)
+            try:
+                admin.describeTopics(names).allTopicNames().get()
+            except Py4JJavaError as exc:
+                cause = _unwrapped(exc.java_exception)
+                if cause.getClass().getSimpleName() == "TopicAuthorizationException":
+                    raise KafkaSourceError(
+                        str(NotAuthorizedError("DESCRIBE", f"topic {topic!r}", settings.principal))
+                    ) from None
+    finally:
+        with contextlib.suppress(Exception):
+            admin.close(jvm.java.time.Duration.ofMillis(500))
+
+
 def check_kafka(spark: SparkSession, settings: SinkSettings) -> None:
     """Brokers answer and every ``--topics`` topic exists; warn when no topic matches a pattern."""
     names = list_topics_with_jvm(spark, settings)
@@ -204,6 +251,7 @@ def check_kafka(spark: SparkSession, settings: SinkSettings) -> None:
         return
     if settings.topics:
         missing = [t for t in settings.topics if t not in names]
+        _check_described(spark, settings, missing)
         if missing:
             listed = ", ".join(repr(t) for t in missing)
             raise KafkaSourceError(

@@ -38,26 +38,22 @@ def publish_committed(topics: SecureTopics, count: int) -> None:
     producer.commit_transaction(30)
 
 
-def test_the_sink_lands_rows_as_its_own_user_and_never_prints_its_password(
-    secure_topics: SecureTopics, tmp_path: Path
-):
-    publish_committed(secure_topics, 2)
-    user = secure_topics.user("sink", sink_acls([secure_topics.real_topic]))
-    password = user["sasl_password"]
+def run_sink(topics: SecureTopics, user: dict[str, object], tmp_path: Path, *extra: str):
+    """``outbox sink --once`` as ``user``, its login in the shared ``OUTBOX_*`` variables."""
     env = {
         **os.environ,
-        "OUTBOX_BOOTSTRAP_SERVERS": user["bootstrap_servers"],
+        "OUTBOX_BOOTSTRAP_SERVERS": str(user["bootstrap_servers"]),
         "OUTBOX_SECURITY_PROTOCOL": "SASL_SSL",
-        "OUTBOX_SASL_USERNAME": user["sasl_username"],
-        "OUTBOX_SASL_PASSWORD": password,
+        "OUTBOX_SASL_USERNAME": str(user["sasl_username"]),
+        "OUTBOX_SASL_PASSWORD": str(user["sasl_password"]),
         "OUTBOX_SSL_CA_FILE": str(user["ssl_ca_file"]),
     }
-    result = outbox(
+    return outbox(
         "sink",
         "--topics",
-        secure_topics.real_topic,
+        topics.real_topic,
         "--prefix",
-        secure_topics.names.prefix,
+        topics.names.prefix,
         "--output",
         str(tmp_path / "table"),
         "--checkpoint",
@@ -65,11 +61,40 @@ def test_the_sink_lands_rows_as_its_own_user_and_never_prints_its_password(
         "--shuffle-partitions",
         "2",
         "--once",
-        "--log-level",
-        "INFO",
+        *extra,
         *SPARK_FLAGS,
         env=env,
     )
+
+
+def test_the_sink_lands_rows_as_its_own_user_and_never_prints_its_password(
+    secure_topics: SecureTopics, tmp_path: Path
+):
+    publish_committed(secure_topics, 2)
+    user = secure_topics.user("sink", sink_acls([secure_topics.real_topic]))
+    result = run_sink(secure_topics, user, tmp_path, "--log-level", "INFO")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "rows_in=2 written=2 duplicates=0" in result.stdout.splitlines()[-1]
-    assert password not in result.stdout + result.stderr
+    assert str(user["sasl_password"]) not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("case", ["wrong password", "no DESCRIBE on its topic"])
+def test_the_sink_refused_is_one_line_naming_why(
+    secure_topics: SecureTopics, tmp_path: Path, case: str
+):
+    topic = secure_topics.real_topic
+    acls = [a for a in sink_acls([topic]) if case != "no DESCRIBE on its topic"]
+    user = secure_topics.user("sink", acls)
+    name = user["sasl_username"]
+    if case == "wrong password":
+        user = {**user, "sasl_password": "not-the-password"}
+        expected = f"outbox: error: authentication failed for user '{name}' with mechanism"
+    else:
+        expected = (
+            f"outbox: error: not authorised to DESCRIBE topic '{topic}' as User:{name}; grant it"
+        )
+    result = run_sink(secure_topics, user, tmp_path)
+    assert result.returncode == 1
+    errors = [line for line in result.stderr.splitlines() if line.startswith("outbox: error:")]
+    assert len(errors) == 1 and errors[0].startswith(expected), result.stderr[-3000:]
+    assert "not-the-password" not in result.stderr
