@@ -16,7 +16,13 @@ from rich.table import Table
 from checker.discard import DiscardedHalf, ResumeOutcome, read_discards, resume_discards
 from checker.display import iso_ms
 from checker.settings import CheckerSettings
-from outbox.cli_options import BootstrapOption, PrefixOption, PropertiesOption, kafka_settings
+from outbox.cli_options import (
+    BootstrapOption,
+    PrefixOption,
+    PropertiesOption,
+    admin_session,
+    kafka_settings,
+)
 from outbox.console import make_console
 from outbox.protocol import DEFAULT_PREFIX, Header
 
@@ -84,7 +90,8 @@ def list_command(
 ) -> None:
     """List the discarded halves (not yet resumed), oldest first."""
     settings = kafka_settings(bootstrap, prefix, properties)
-    discards = read_discards(settings.client_config(), settings.topics)
+    with admin_session(settings):
+        discards = read_discards(settings.client_config(), settings.topics)
     shown = discards if include_resumed else [d for d in discards if d.resumed is None]
     console = make_console()
     console.print(
@@ -137,7 +144,8 @@ def resume_command(
         raise typer.BadParameter("give transaction ids or --all (not both)")
     settings = kafka_settings(bootstrap, prefix, properties)
 
-    outcome = resume_discards(settings, None if resume_all else transaction_ids, now_ms=_now_ms)
+    with admin_session(settings):
+        outcome = resume_discards(settings, None if resume_all else transaction_ids, now_ms=_now_ms)
     console = make_console()
     errors = make_console(stderr=True)
     if outcome.resumed:

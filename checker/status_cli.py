@@ -13,7 +13,13 @@ from rich.table import Table
 
 from checker.display import format_age
 from checker.status import DEFAULT_SCAN_LIMIT, CheckerStatus, read_status
-from outbox.cli_options import BootstrapOption, PrefixOption, PropertiesOption, kafka_settings
+from outbox.cli_options import (
+    BootstrapOption,
+    PrefixOption,
+    PropertiesOption,
+    admin_session,
+    kafka_settings,
+)
 from outbox.console import make_console
 from outbox.protocol import DEFAULT_PREFIX
 
@@ -122,7 +128,8 @@ def status(
     """Show the checker's checkpoints and pending halves per half partition."""
     settings = kafka_settings(bootstrap, prefix, properties)
     checker_group = group or f"{settings.topic_prefix}.checker"
-    result = read_status(settings, checker_group, scan_limit=scan_limit)
+    with admin_session(settings):
+        result = read_status(settings, checker_group, scan_limit=scan_limit)
     show_status(result, settings.bootstrap_servers)
 
 
