@@ -149,7 +149,9 @@ class Relay:
         """When the relay last finished a batch or found nothing to do: its liveness."""
         self._halves = HalfLookup(lambda: TopicCursor(client_config, topics.half, settings.timeout))
         self._op_history = TopicCursor(client_config, topics.op, settings.timeout)
-        self._catalog = TopicCatalog(AdminClient(client_config), settings.timeout)
+        self._catalog = TopicCatalog(
+            AdminClient(client_config), settings.timeout, principal_of(client_config)
+        )
         self._limits = SizeLimits(self._catalog, self._producer_config)
         self._producer = self._new_producer()
         self._group_id = group_id
@@ -179,6 +181,8 @@ class Relay:
                     )
             except KafkaUnavailableError as exc:
                 log.warning("relay batch failed, reading it again in %.1fs: %s", backoff, exc)
+            except NotAuthorizedError as exc:
+                log.error("relay batch refused, reading it again in %.1fs: %s", backoff, exc)
             except Exception:  # a thread that died would stop publication in silence
                 log.exception("relay batch failed unexpectedly, reading it again in %.1fs", backoff)
             else:

@@ -125,7 +125,7 @@ class Checker:
             client,
             f"{settings.group_id}.{instance}",
             self.topics,
-            TopicCatalog(self._admin, 30.0),
+            TopicCatalog(self._admin, 30.0, settings.principal),
             transaction_timeout_ms=settings.kafka_transaction_timeout_ms,
         )
         self._consumer.subscribe(

@@ -41,6 +41,13 @@ def is_authorization_failure(error: KafkaError) -> bool:
     return error.code() in AUTHORIZATION_FAILURES
 
 
+def raise_if_not_described(name: str, topic: Any) -> None:
+    """``topic`` (metadata asked for by name) refused to this principal: a listing would
+    have left it out, and "does not exist" would send its user the wrong way."""
+    if topic is not None and topic.error is not None and is_authorization_failure(topic.error):
+        raise NotAuthorizedError("DESCRIBE", f"topic {name!r}")
+
+
 def principal_of(client_config: Mapping[str, Any]) -> str | None:
     """``User:NAME`` a SASL client of ``client_config`` logs in as; None without SASL."""
     protocol = str(client_config.get("security.protocol", "")).lower()

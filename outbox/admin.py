@@ -30,7 +30,7 @@ from tenacity import (
     wait_fixed,
 )
 
-from outbox.access import is_authorization_failure
+from outbox.access import is_authorization_failure, raise_if_not_described
 from outbox.errors import (
     KafkaUnavailableError,
     NotAuthorizedError,
@@ -126,8 +126,7 @@ def _look_up_one(admin: AdminClient, name: str, timeout: float) -> Any:
         topic = admin.list_topics(name, timeout=timeout).topics.get(name)
     except KafkaException as exc:
         raise KafkaUnavailableError(f"cannot look up topic {name!r}: {exc}") from None
-    if topic is not None and topic.error is not None and is_authorization_failure(topic.error):
-        raise NotAuthorizedError("DESCRIBE", f"topic {name!r}")
+    raise_if_not_described(name, topic)
     return topic
 
 

@@ -265,7 +265,7 @@ class TransactionProducer:
             self._inspect_topics(admin, timeout)
         except NotAuthorizedError as exc:
             raise exc.by(self.config.principal) from None
-        self._catalog = TopicCatalog(admin, timeout)
+        self._catalog = TopicCatalog(admin, timeout, self.config.principal)
         self._limits = SizeLimits(self._catalog, client_config)
         try:
             self._writer = AckedWriter(client_config)

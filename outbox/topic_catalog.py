@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource
 
-from outbox.errors import InvalidMessageError, KafkaUnavailableError
+from outbox.access import raise_if_not_described
+from outbox.errors import InvalidMessageError, KafkaUnavailableError, NotAuthorizedError
 
 _DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
 
@@ -25,8 +26,9 @@ class TopicFacts:
 
 
 class TopicCatalog:
-    def __init__(self, admin: AdminClient, timeout: float) -> None:
+    def __init__(self, admin: AdminClient, timeout: float, principal: str | None = None) -> None:
         self._admin = admin
+        self._principal = principal
         self._timeout = timeout
         self._facts: dict[str, TopicFacts] = {}
         self._lock = threading.Lock()
@@ -50,6 +52,10 @@ class TopicCatalog:
         except KafkaException as exc:
             raise KafkaUnavailableError(f"cannot look up topic {topic!r}: {exc}") from None
         described = metadata.topics.get(topic)
+        try:
+            raise_if_not_described(topic, described)
+        except NotAuthorizedError as exc:  # not "does not exist": a relay would discard
+            raise exc.by(self._principal) from None
         if described is None or not described.partitions:
             raise InvalidMessageError(
                 f"topic {topic!r} does not exist on the cluster; create it first"

@@ -96,6 +96,22 @@ def test_a_producer_without_write_on_the_half_topic_fails_the_send(
     )
 
 
+def test_a_producer_sending_to_a_topic_it_may_not_describe_is_told_so_not_to_create_it(
+    secure_topics: SecureTopics,
+):
+    names, real = secure_topics.names, secure_topics.real_topic
+    settings = secure_topics.user(
+        "producer", without(producer_acls(names, GROUP, [real]), real, "DESCRIBE")
+    )
+    with producer(settings).start() as started, pytest.raises(NotAuthorizedError) as caught:
+        started.send_message_in_transaction(
+            Message(real, b"v"), LocalTransactionState.COMMIT_MESSAGE
+        )
+    assert str(caught.value).startswith(
+        f"not authorised to DESCRIBE topic '{real}' as User:{names.prefix}-producer"
+    )
+
+
 def test_a_checker_without_its_consumer_group_fails_instead_of_waiting(
     secure_topics: SecureTopics,
 ):
@@ -141,17 +157,22 @@ def test_a_producer_without_its_check_back_group_logs_one_error_naming_it(
     assert caplog.text.count(expected) == 1
 
 
-def test_a_relay_without_write_on_the_real_topic_says_so_and_resumes_once_granted(
+def test_a_relay_refused_on_the_real_topic_says_so_keeps_the_record_and_resumes_once_granted(
     secure_topics: SecureTopics, caplog: pytest.LogCaptureFixture
 ):
+    missing, refused = "WRITE", "WRITE the real topics of this batch (named in the client's log)"
     names, real = secure_topics.names, secure_topics.real_topic
     acls = checker_acls(names, [real])
-    checker_user = secure_topics.user("checker", without(acls, real, "WRITE"))
+    checker_user = secure_topics.user("checker", without(acls, real, missing))
     producer_user = secure_topics.user("producer", producer_acls(names, GROUP, [real]))
     expected = (
-        "relay batch refused, reading it again in 0.5s: not authorised to WRITE the real topics"
-        f" of this batch (named in the client's log) as User:{names.prefix}-checker"
+        "relay batch refused, reading it again in 0.5s: not authorised to "
+        f"{refused} as User:{names.prefix}-checker"
     )
+    admin = {
+        "bootstrap.servers": secure_topics.kafka.bootstrap,
+        **secure_topics.kafka.security.client_config(),
+    }
     checker = Checker(CheckerSettings(**checker_user, http_address=""))
     try:
         with (
@@ -169,18 +190,15 @@ def test_a_relay_without_write_on_the_real_topic_says_so_and_resumes_once_grante
                 time.sleep(0.1)
             secure_topics.kafka.grant(
                 f"{names.prefix}-checker",
-                [a for a in acls if a.name == real and a.operation == "WRITE"],
+                [a for a in acls if a.name == real and a.operation == missing],
             )
-            admin = {
-                "bootstrap.servers": secure_topics.kafka.bootstrap,
-                **secure_topics.kafka.security.client_config(),
-            }
             deadline = time.monotonic() + 60
             while not read_topic(admin, real):
                 assert time.monotonic() < deadline, "the relay did not resume"
                 time.sleep(0.5)
     finally:
         checker.close()
+    assert read_topic(admin, names.discard) == []  # refused is not "does not exist"
 
 
 def test_plaintext_against_a_tls_listener_says_to_check_the_protocol(
