@@ -401,7 +401,7 @@ class Checker:
                 .partitions
             ),
         )
-        specs = [TopicSpec(self.topics.check(g), partitions, 1) for g in sorted(missing)]
+        specs = [TopicSpec(self.topics.check(g), partitions) for g in sorted(missing)]
         try:
             ensure_topics(self._admin, specs)
         except TopicAdminError as exc:

@@ -95,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         from outbox.admin import TopicSpec, ensure_topics
 
         ensure_topics(
-            AdminClient({"bootstrap.servers": args.bootstrap}), [TopicSpec(args.topic, 3, 1)]
+            AdminClient({"bootstrap.servers": args.bootstrap}), [TopicSpec(args.topic, 3)]
         )
 
     orders = [

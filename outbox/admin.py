@@ -55,15 +55,51 @@ CHECK_RETENTION_MS = 1 * DAY_MS
 TIMESTAMP_TYPE = "message.timestamp.type"
 LOG_APPEND_TIME = "LogAppendTime"
 
-SHOWN_CONFIGS = ("retention.ms", "cleanup.policy", "min.insync.replicas", TIMESTAMP_TYPE)
+MIN_INSYNC_REPLICAS = "min.insync.replicas"
+
+SHOWN_CONFIGS = ("retention.ms", "cleanup.policy", MIN_INSYNC_REPLICAS, TIMESTAMP_TYPE)
+
+MAX_DEFAULT_REPLICATION = 3
+
+
+def default_replication_factor(brokers: int) -> int:
+    """Three replicas where the cluster has three brokers, fewer only where it has fewer.
+
+    Not the broker's ``default.replication.factor``: Kafka ships it at 1, and
+    a half on one replica is lost with its broker's disk.
+    """
+    return max(1, min(MAX_DEFAULT_REPLICATION, brokers))
+
+
+def min_insync_replicas(replication_factor: int) -> int:
+    """2 of 3: an acknowledged half survives one broker's loss, and one broker may be down.
+
+    With fewer than three replicas, 2 would stop every write while one broker
+    restarts, so the outbox takes 1 there (and says so when the cluster could
+    do better).
+    """
+    return 2 if replication_factor >= MAX_DEFAULT_REPLICATION else 1
 
 
 @dataclass(frozen=True)
 class TopicSpec:
+    """A topic to create; no ``replication_factor`` means the cluster's default for the outbox.
+
+    That default is worked out from the brokers the cluster has when the topic
+    is created (:func:`default_replication_factor`), and ``min.insync.replicas``
+    follows it unless ``config`` sets it.
+    """
+
     name: str
     partitions: int
-    replication_factor: int
+    replication_factor: int | None = None
     config: dict[str, str] = field(default_factory=dict)
+
+    def for_cluster(self, brokers: int) -> TopicSpec:
+        """This spec with its replication resolved for a cluster of ``brokers``."""
+        replication = self.replication_factor or default_replication_factor(brokers)
+        config = {MIN_INSYNC_REPLICAS: str(min_insync_replicas(replication)), **self.config}
+        return TopicSpec(self.name, self.partitions, replication, config)
 
 
 @dataclass(frozen=True)
@@ -74,6 +110,8 @@ class TopicState:
     partitions: int = 0
     replication_factor: int = 0
     config: dict[str, str] = field(default_factory=dict)
+    brokers: int = 0
+    """Brokers in the cluster when the state was read."""
 
     @property
     def exists(self) -> bool:
@@ -83,21 +121,23 @@ class TopicState:
 def plan_topics(
     topics: TopicNames,
     partitions: int,
-    replication_factor: int = 1,
+    replication_factor: int | None = None,
     producer_groups: tuple[str, ...] = (),
 ) -> list[TopicSpec]:
-    """The topics an outbox deployment needs, with their configs."""
+    """The topics an outbox deployment needs, with their configs.
+
+    Without a ``replication_factor`` each topic gets the cluster's default when
+    it is created (see :class:`TopicSpec`).
+    """
     if partitions < 1:
         raise ValueError(f"--partitions must be at least 1, got {partitions}")
-    if replication_factor < 1:
+    if replication_factor is not None and replication_factor < 1:
         raise ValueError(f"--replication-factor must be at least 1, got {replication_factor}")
-    min_isr = str(min(2, replication_factor))
 
     def spec(name: str, retention_ms: int) -> TopicSpec:
         config = {
             "cleanup.policy": "delete",
             "retention.ms": str(retention_ms),
-            "min.insync.replicas": min_isr,
             TIMESTAMP_TYPE: LOG_APPEND_TIME,
         }
         return TopicSpec(name, partitions, replication_factor, config)
@@ -140,6 +180,7 @@ def read_topic_states(
         raise KafkaUnavailableError(f"cannot reach Kafka within {timeout:g}s: {exc}") from None
     states: dict[str, TopicState] = {}
     present = []
+    brokers = len(metadata.brokers)
     for name in names:
         topic = metadata.topics.get(name)
         if topic is None:
@@ -148,13 +189,15 @@ def read_topic_states(
         if topic is None or (
             topic.error is not None and topic.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
         ):
-            states[name] = TopicState(name)
+            states[name] = TopicState(name, brokers=brokers)
             continue
         if not topic.partitions:
             # Just created, leaders not elected yet: worth asking again.
             raise KafkaUnavailableError(f"topic {name} is not ready: {topic.error}")
         replicas = {len(p.replicas) for p in topic.partitions.values()}
-        states[name] = TopicState(name, len(topic.partitions), max(replicas, default=0))
+        states[name] = TopicState(
+            name, len(topic.partitions), max(replicas, default=0), brokers=brokers
+        )
         present.append(name)
     if present:
         resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in present]
@@ -170,7 +213,7 @@ def read_topic_states(
             shown = {k: entries[k].value for k in SHOWN_CONFIGS if k in entries}
             old = states[resource.name]
             states[resource.name] = TopicState(
-                old.name, old.partitions, old.replication_factor, shown
+                old.name, old.partitions, old.replication_factor, shown, brokers
             )
     return states
 
@@ -225,14 +268,61 @@ def _warn_about_timestamp_types(specs: list[TopicSpec], states: dict[str, TopicS
         )
 
 
+def _warn_about_replication(specs: list[TopicSpec], states: dict[str, TopicState]) -> None:
+    """Replication short of what the cluster allows is accepted, with why and how to change it.
+
+    An existing topic keeps its replicas: Kafka changes them only by reassignment.
+    """
+    for spec in specs:
+        state = states[spec.name]
+        wanted = spec.replication_factor or 0
+        if state.exists and state.replication_factor != wanted:
+            log.warning(
+                "topic %s has %d replica(s) per partition, not %d%s. Kafka does not change this"
+                " in place: move it with kafka-reassign-partitions --bootstrap-server <host:port>"
+                " --reassignment-json-file <plan> --execute, or use a new --prefix",
+                spec.name,
+                state.replication_factor,
+                wanted,
+                ": a broker's loss can lose what it acknowledged"
+                if state.replication_factor < wanted
+                else "",
+            )
+        elif not state.exists and wanted < MAX_DEFAULT_REPLICATION <= state.brokers:
+            log.warning(
+                "topic %s is created with %d replica(s) on a cluster of %d brokers: a broker's"
+                " loss can lose what it acknowledged (leave out --replication-factor for %d)",
+                spec.name,
+                wanted,
+                state.brokers,
+                MAX_DEFAULT_REPLICATION,
+            )
+
+
+def _check_replication_fits(missing: list[TopicSpec], brokers: int) -> None:
+    """Kafka's own refusal names one topic at a time; name them all, and the fix."""
+    too_many = [s for s in missing if (s.replication_factor or 0) > brokers]
+    if too_many:
+        wanted = max(s.replication_factor or 0 for s in too_many)
+        raise TopicAdminError(
+            f"replication factor {wanted} needs at least {wanted} brokers, but the cluster has"
+            f" {brokers} (topics {', '.join(s.name for s in too_many)}); pass"
+            f" --replication-factor {max(1, brokers)} or leave it out for the cluster's default"
+        )
+
+
 def ensure_topics(
     admin: AdminClient, specs: list[TopicSpec], timeout: float = 30.0
 ) -> dict[str, bool]:
     """Create the missing topics; map each name to whether it was created now."""
     states = read_topic_states(admin, [s.name for s in specs], timeout=timeout)
+    brokers = max((state.brokers for state in states.values()), default=0)
+    specs = [spec.for_cluster(brokers) for spec in specs]
     _check_partition_counts(specs, states)
     _warn_about_timestamp_types(specs, states)
+    _warn_about_replication(specs, states)
     missing = [s for s in specs if not states[s.name].exists]
+    _check_replication_fits(missing, brokers)
     created = {s.name: False for s in specs}
     if not missing:
         return created

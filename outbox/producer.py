@@ -307,7 +307,7 @@ class TransactionProducer:
                 f"{states[op].partitions}; they must match"
             )
         self._half_partitions = states[half].partitions
-        check = TopicSpec(self.topics.check(self.group), self._half_partitions, 1)
+        check = TopicSpec(self.topics.check(self.group), self._half_partitions)
         ensure_topics(admin, [check], timeout=timeout)
 
     def shutdown(self, timeout: float = 30.0) -> None:

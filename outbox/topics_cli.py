@@ -7,7 +7,13 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from outbox.admin import TopicState, ensure_topics, plan_topics, read_topic_states
+from outbox.admin import (
+    MIN_INSYNC_REPLICAS,
+    TopicState,
+    ensure_topics,
+    plan_topics,
+    read_topic_states,
+)
 from outbox.cli_options import (
     BootstrapOption,
     PrefixOption,
@@ -43,7 +49,7 @@ DescribeGroupOption = _group_option(
 
 def _table(title: str, states: list[TopicState], created: dict[str, bool] | None = None) -> Table:
     table = Table(title=title)
-    for column in ("topic", "partitions", "replication", "retention.ms", "status"):
+    for column in ("topic", "partitions", "replication", "min.insync", "retention.ms", "status"):
         table.add_column(column)
     for state in states:
         if not state.exists:
@@ -56,6 +62,7 @@ def _table(title: str, states: list[TopicState], created: dict[str, bool] | None
             state.name,
             str(state.partitions or "-"),
             str(state.replication_factor or "-"),
+            state.config.get(MIN_INSYNC_REPLICAS, "-"),
             state.config.get("retention.ms", "-"),
             status,
         )
@@ -75,8 +82,16 @@ def create(
         ),
     ] = 8,
     replication_factor: Annotated[
-        int, typer.Option("--replication-factor", "-r", min=1, help="Replicas per partition.")
-    ] = 1,
+        int | None,
+        typer.Option(
+            "--replication-factor",
+            "-r",
+            min=1,
+            help="Replicas per partition [default: 3, or every broker of a smaller cluster;"
+            " min.insync.replicas is 2 with three replicas, else 1].",
+            show_default=False,
+        ),
+    ] = None,
     groups: CreateGroupOption = None,
     bootstrap: BootstrapOption = None,
     prefix: PrefixOption = DEFAULT_PREFIX,

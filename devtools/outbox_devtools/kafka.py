@@ -4,7 +4,10 @@ Tests, the demo and the benchmarks need a broker with the real transaction
 coordinator (the outbox relies on it), on machines without Docker. Maven fetches
 the official ``kafka_2.13`` jars once into the cache; :class:`LocalKafka` then
 runs one combined broker+controller KRaft node on loopback ports, configured so
-that transactions work with a single replica.
+that transactions work with a single replica. :class:`LocalKafkaCluster` runs
+three (or more) such nodes with a static controller quorum and every internal
+topic replicated three times, the shape production runs, so that leader and
+coordinator moves can be shown.
 """
 
 from __future__ import annotations
@@ -21,8 +24,10 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -39,6 +44,10 @@ LOG4J_VERSION = "2.24.3"
 
 DEFAULT_START_TIMEOUT = 90.0
 DEFAULT_STOP_GRACE = 30.0
+TRANSACTION_STATE_PARTITIONS = 4
+"""``transaction.state.log.num.partitions`` of every local broker (the default 50 slows starts)."""
+CLUSTER_NODE_COUNTS = range(3, 6)
+"""Node counts a :class:`LocalKafkaCluster` accepts; one node is :class:`LocalKafka` itself."""
 _BROKER_JAR_GLOB = f"kafka_{SCALA_VERSION}-*.jar"
 
 log = logging.getLogger(__name__)
@@ -192,6 +201,54 @@ _LOG4J2_XML = """<?xml version="1.0" encoding="UTF-8"?>
 """
 
 
+def replication_properties(replicas: int) -> dict[str, str]:
+    """Cluster-wide settings for a cluster of ``replicas`` nodes (capped at 3 copies).
+
+    Three copies with ``min.insync.replicas=2`` is the production shape: one
+    node may be down and acks=all writes, transactions and offset commits go on.
+    With fewer copies the minimum in-sync count is 1, else nothing could be written.
+    """
+    copies = min(3, replicas)
+    min_isr = "2" if copies >= 3 else "1"
+    return {
+        "num.partitions": "1",
+        "default.replication.factor": str(copies),
+        "min.insync.replicas": min_isr,
+        "offsets.topic.replication.factor": str(copies),
+        "offsets.topic.num.partitions": "4",
+        "transaction.state.log.replication.factor": str(copies),
+        "transaction.state.log.min.isr": min_isr,
+        "transaction.state.log.num.partitions": str(TRANSACTION_STATE_PARTITIONS),
+        "share.coordinator.state.topic.replication.factor": str(copies),
+        "share.coordinator.state.topic.min.isr": min_isr,
+        "share.coordinator.state.topic.num.partitions": "4",
+        "group.initial.rebalance.delay.ms": "0",
+        # After a SIGKILL the controller keeps the dead incarnation registered
+        # until its session expires (default 9s); shorter makes crash tests quicker.
+        "broker.session.timeout.ms": "5000",
+        "broker.heartbeat.interval.ms": "1000",
+        "auto.create.topics.enable": "false",
+    }
+
+
+@dataclass(frozen=True)
+class Quorum:
+    """What the nodes of one multi-node cluster share: its id and the controller voters.
+
+    A static quorum (``controller.quorum.voters``) needs no ``--standalone`` format
+    and no later ``add-controller``: every node is formatted with the same cluster
+    id and knows all voters from its first start.
+    """
+
+    cluster_id: str
+    voters: tuple[tuple[int, str, int], ...]
+    """(node id, host, controller port) of every node."""
+
+    @property
+    def voters_property(self) -> str:
+        return ",".join(f"{node}@{host}:{port}" for node, host, port in self.voters)
+
+
 class LocalKafka:
     """One KRaft node (broker+controller) on loopback, data kept in ``work_dir``.
 
@@ -213,8 +270,11 @@ class LocalKafka:
         start_timeout: float = DEFAULT_START_TIMEOUT,
         detached: bool = False,
         overrides: dict[str, str] | None = None,
+        node_id: int = 1,
+        quorum: Quorum | None = None,
         security: BrokerSecurity | None = None,
     ) -> None:
+        """``quorum`` makes this node one of a :class:`LocalKafkaCluster` (see there)."""
         self._owns_work_dir = work_dir is None
         self.work_dir = Path(work_dir) if work_dir else _temp_work_dir()
         self.libs_dir = libs_dir
@@ -225,6 +285,8 @@ class LocalKafka:
         self.start_timeout = start_timeout
         self.detached = detached
         self.overrides = dict(overrides or {})
+        self.node_id = node_id
+        self.quorum = quorum
         self.security = security
         self.last_start_seconds: float | None = None
         self._proc: subprocess.Popen[bytes] | None = None
@@ -252,12 +314,21 @@ class LocalKafka:
         return self._proc is not None and self._proc.poll() is None
 
     def server_properties(self) -> dict[str, str]:
-        """Single-node settings: every internal topic with one replica and min ISR 1."""
+        """This node's listeners, its quorum, the cluster-wide replication, then ``overrides``."""
+        replicas = len(self.quorum.voters) if self.quorum else 1
+        return {
+            **self.node_properties(),
+            **self.quorum_properties(),
+            **replication_properties(replicas),
+            **self.overrides,
+        }
+
+    def node_properties(self) -> dict[str, str]:
+        """What only this node has: its id, roles, listeners and data dir."""
         controller = f"{self.host}:{self.controller_port}"
         props = {
             "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.bootstrap.servers": controller,
+            "node.id": str(self.node_id),
             "controller.listener.names": "CONTROLLER",
             "listeners": f"PLAINTEXT://{self.bootstrap_servers},CONTROLLER://{controller}",
             "advertised.listeners": (
@@ -266,29 +337,17 @@ class LocalKafka:
             "inter.broker.listener.name": "PLAINTEXT",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
             "log.dirs": str(self.data_dir),
-            "num.partitions": "1",
-            "default.replication.factor": "1",
-            "min.insync.replicas": "1",
-            "offsets.topic.replication.factor": "1",
-            "offsets.topic.num.partitions": "4",
-            "transaction.state.log.replication.factor": "1",
-            "transaction.state.log.min.isr": "1",
-            "transaction.state.log.num.partitions": "4",
-            "share.coordinator.state.topic.replication.factor": "1",
-            "share.coordinator.state.topic.min.isr": "1",
-            "share.coordinator.state.topic.num.partitions": "4",
-            "group.initial.rebalance.delay.ms": "0",
-            # After a SIGKILL the controller keeps the dead incarnation registered
-            # until its session expires (default 9s); shorter makes crash tests quicker.
-            "broker.session.timeout.ms": "5000",
-            "broker.heartbeat.interval.ms": "1000",
-            "auto.create.topics.enable": "false",
         }
         if self.security is not None:
             self.security.prepare(self.work_dir)
             props.update(self.security.node_properties(self.bootstrap_servers, controller))
-        props.update(self.overrides)
         return props
+
+    def quorum_properties(self) -> dict[str, str]:
+        """Alone: a dynamic quorum of this node. In a cluster: the static voters."""
+        if self.quorum is None:
+            return {"controller.quorum.bootstrap.servers": f"{self.host}:{self.controller_port}"}
+        return {"controller.quorum.voters": self.quorum.voters_property}
 
     def _write_config(self) -> Path:
         self.work_dir.mkdir(parents=True, exist_ok=True)
@@ -319,11 +378,14 @@ class LocalKafka:
         """First start only: KRaft refuses to run on an unformatted log dir."""
         if (self.data_dir / "meta.properties").is_file():
             return
+        if self.quorum is None:
+            quorum_args = ["--standalone", f"--cluster-id={new_cluster_id()}"]
+        else:
+            quorum_args = [f"--cluster-id={self.quorum.cluster_id}"]
         argv = self._java_argv(
             "kafka.tools.StorageTool",
             "format",
-            "--standalone",
-            f"--cluster-id={new_cluster_id()}",
+            *quorum_args,
             f"--config={config}",
             *(self.security.format_arguments() if self.security is not None else ()),
             heap="256m",
@@ -343,6 +405,17 @@ class LocalKafka:
         if self.is_running():
             return self
         began = time.monotonic()
+        self.prepare()
+        self.launch()
+        self.await_ready(began)
+        return self
+
+    def prepare(self) -> None:
+        """Everything before the JVM: jars, free ports, config, formatted storage.
+
+        Split from :meth:`launch` so a cluster can format its nodes in threads
+        while it launches them from its own thread (see :meth:`launch`).
+        """
         if self.libs_dir is None:
             self.libs_dir = ensure_kafka_jars()
         _check_libs(self.libs_dir)
@@ -352,31 +425,48 @@ class LocalKafka:
                     f"port {port} on {self.host} is already in use; "
                     "cannot start the local Kafka broker there"
                 )
-        config = self._write_config()
-        self._format_storage(config)
+        self._format_storage(self._write_config())
+
+    def launch(self) -> None:
+        """Spawn the JVM without waiting for it.
+
+        Attached JVMs die with the thread that forked them (PR_SET_PDEATHSIG), so
+        this runs on the caller's long-lived thread, never on a helper thread.
+        """
+        config = self.work_dir / "server.properties"
         argv = self._java_argv("kafka.Kafka", str(config), heap=self.heap)
         self._proc = processes.spawn(argv, log_path=self.log_path, detached=self.detached)
         if not self.detached and not self._atexit_registered:
             atexit.register(self._stop_at_exit)
             self._atexit_registered = True
+
+    def _probe_client(self) -> dict[str, str] | None:
+        """What a readiness probe needs beyond the address: a secure node's admin login."""
+        return self.security.client_config() if self.security is not None else None
+
+    def answers(self) -> bool:
+        """Whether this node answers a metadata request now."""
+        return self.is_running() and broker_answers(
+            self.bootstrap_servers, timeout=1.0, client=self._probe_client()
+        )
+
+    def await_ready(self, began: float) -> None:
+        """Block until the launched node answers; a JVM that exits or hangs is an error."""
         ready = wait_for_broker(
-            self.bootstrap_servers,
-            self.start_timeout,
-            self.is_running,
-            client=self.security.client_config() if self.security is not None else None,
+            self.bootstrap_servers, self.start_timeout, self.is_running, client=self._probe_client()
         )
         if not ready:
             self._fail_start()
         self.last_start_seconds = time.monotonic() - began
         log.info(
-            "Kafka %s ready on %s in %.1fs (pid %s, work dir %s)",
+            "Kafka %s node %s ready on %s in %.1fs (pid %s, work dir %s)",
             KAFKA_VERSION,
+            self.node_id,
             self.bootstrap_servers,
             self.last_start_seconds,
             self.pid,
             self.work_dir,
         )
-        return self
 
     def _fail_start(self) -> None:
         assert self._proc is not None
@@ -463,7 +553,10 @@ class LocalKafka:
         self.close()
 
     def __repr__(self) -> str:
-        return f"LocalKafka({self.bootstrap_servers}, pid={self.pid}, work_dir={self.work_dir})"
+        return (
+            f"LocalKafka(node {self.node_id}, {self.bootstrap_servers}, pid={self.pid}, "
+            f"work_dir={self.work_dir})"
+        )
 
 
 def _temp_work_dir() -> Path:
@@ -476,6 +569,322 @@ def _another_free_port(host: str, taken: int) -> int:
         port = processes.free_port(host)
         if port != taken:
             return port
+
+
+# ------------------------------------------------------------------ cluster
+
+
+def java_string_hash(text: str) -> int:
+    """``String.hashCode()`` of the JVM: 31-polynomial over UTF-16 code units, as an int32."""
+    units = text.encode("utf-16-be")
+    value = 0
+    for index in range(0, len(units), 2):
+        value = (31 * value + int.from_bytes(units[index : index + 2], "big")) & 0xFFFFFFFF
+    return value - (1 << 32) if value & 0x80000000 else value
+
+
+def transaction_state_partition(transactional_id: str, partitions: int) -> int:
+    """The ``__transaction_state`` partition whose leader coordinates ``transactional_id``.
+
+    Kafka's ``Utils.abs`` maps ``Integer.MIN_VALUE`` to 0 (``Math.abs`` would
+    keep it negative), then takes the remainder by the partition count.
+    """
+    value = java_string_hash(transactional_id)
+    return (0 if value == -(1 << 31) else abs(value)) % partitions
+
+
+def check_node_count(nodes: int) -> None:
+    """One node, or a cluster that survives losing one: 3 to 5.
+
+    Two nodes are refused: two controller voters lose their quorum when either
+    stops, and with two copies and ``min.insync.replicas=2`` every acks=all write
+    (halves, ops, transactions) stops with one broker down, so a two-node cluster
+    shows nothing that one node does not.
+    """
+    if nodes != 1 and nodes not in CLUSTER_NODE_COUNTS:
+        raise KafkaRuntimeError(
+            f"a local Kafka runs 1 node or a cluster of {CLUSTER_NODE_COUNTS.start} to "
+            f"{CLUSTER_NODE_COUNTS.stop - 1}, not {nodes}"
+            + (
+                " (two voters lose their quorum and, with min.insync.replicas=2,"
+                " every write stops when either node is down)"
+                if nodes == 2
+                else ""
+            )
+        )
+
+
+def _distinct_free_ports(host: str, count: int) -> list[int]:
+    ports: list[int] = []
+    while len(ports) < count:
+        port = processes.free_port(host)
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
+def _in_parallel(calls: list[Callable[[], object]]) -> None:
+    """Run ``calls`` on threads and raise the first error; for work that spawns nothing."""
+    errors: list[BaseException] = []
+
+    def call(target: Callable[[], object]) -> None:
+        try:
+            target()
+        except BaseException as exc:  # re-raised on the caller's thread below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=call, args=(c,), daemon=True) for c in calls]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+
+
+class LocalKafkaCluster:
+    """Three (to five) KRaft nodes, each broker and controller, with a static quorum.
+
+    Each node is a :class:`LocalKafka` in ``work_dir/node-<id>`` (``nodes[i]`` has
+    node id ``i + 1``) that can be stopped, killed, frozen and restarted on its
+    own; ports are chosen once and kept. Internal topics and new topics get three
+    copies with ``min.insync.replicas=2`` (:func:`replication_properties`).
+    """
+
+    def __init__(
+        self,
+        work_dir: Path | None = None,
+        *,
+        nodes: int = 3,
+        libs_dir: Path | None = None,
+        host: str = "127.0.0.1",
+        ports: list[tuple[int, int]] | None = None,
+        heap: str = "512m",
+        start_timeout: float = DEFAULT_START_TIMEOUT,
+        detached: bool = False,
+        overrides: dict[str, str] | None = None,
+    ) -> None:
+        """``ports``: (client, controller) per node, e.g. to bring a recorded cluster back."""
+        if nodes == 1:
+            raise KafkaRuntimeError("a single node is LocalKafka; LocalKafkaCluster needs 3 to 5")
+        check_node_count(nodes)
+        if ports is not None and len(ports) != nodes:
+            raise KafkaRuntimeError(f"{len(ports)} port pairs given for {nodes} nodes")
+        self._owns_work_dir = work_dir is None
+        self.work_dir = Path(work_dir) if work_dir else _temp_work_dir()
+        if ports is None:
+            flat = _distinct_free_ports(host, 2 * nodes)
+            ports = [(flat[2 * i], flat[2 * i + 1]) for i in range(nodes)]
+        self.quorum = Quorum(
+            new_cluster_id(),
+            tuple((i + 1, host, controller) for i, (_, controller) in enumerate(ports)),
+        )
+        self.nodes = [
+            LocalKafka(
+                self.work_dir / f"node-{i + 1}",
+                libs_dir=libs_dir,
+                host=host,
+                port=port,
+                controller_port=controller,
+                heap=heap,
+                start_timeout=start_timeout,
+                detached=detached,
+                overrides=overrides,
+                node_id=i + 1,
+                quorum=self.quorum,
+            )
+            for i, (port, controller) in enumerate(ports)
+        ]
+        self.start_timeout = start_timeout
+        self.last_start_seconds: float | None = None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """Every node's address, so a client finds the cluster with any node down."""
+        return ",".join(node.bootstrap_servers for node in self.nodes)
+
+    def node(self, node_id: int) -> LocalKafka:
+        for node in self.nodes:
+            if node.node_id == node_id:
+                return node
+        raise KafkaRuntimeError(f"no node {node_id} in this cluster (nodes 1-{len(self.nodes)})")
+
+    def is_running(self) -> bool:
+        """Every node runs (one down is a degraded cluster, not a stopped one)."""
+        return all(node.is_running() for node in self.nodes)
+
+    # -- lifecycle
+
+    def start(self) -> LocalKafkaCluster:
+        """Start the nodes that are down, together, until every broker is registered.
+
+        The nodes must start together: none answers before a majority of the
+        controller voters has elected a leader.
+        """
+        began = time.monotonic()
+        down = [node for node in self.nodes if not node.is_running()]
+        try:
+            _in_parallel([node.prepare for node in down])
+            for node in down:
+                node.launch()
+            _in_parallel([lambda node=node: node.await_ready(began) for node in down])
+            self.wait_for_brokers(self.start_timeout)
+        except BaseException:
+            for node in down:
+                node.kill()
+            raise
+        self.last_start_seconds = time.monotonic() - began
+        log.info(
+            "Kafka cluster of %d nodes ready on %s in %.1fs",
+            len(self.nodes),
+            self.bootstrap_servers,
+            self.last_start_seconds,
+        )
+        return self
+
+    def stop(self, grace_seconds: float = DEFAULT_STOP_GRACE) -> None:
+        """SIGTERM to every node at once (one by one, the last would wait for a lost quorum)."""
+        _in_parallel([lambda node=node: node.stop(grace_seconds) for node in self.nodes])
+
+    def kill(self) -> None:
+        for node in self.nodes:
+            node.kill()
+
+    def close(self) -> None:
+        """Stop every node, and delete the work dir if this object made it up."""
+        self.stop(grace_seconds=10.0)
+        for node in self.nodes:
+            node.close()
+        if self._owns_work_dir:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+
+    def __enter__(self) -> LocalKafkaCluster:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"LocalKafkaCluster({self.bootstrap_servers}, work_dir={self.work_dir})"
+
+    # -- who does what
+
+    def _admin(self) -> Any:
+        from confluent_kafka.admin import AdminClient
+
+        return AdminClient({"bootstrap.servers": self.bootstrap_servers, "logger": _quiet_logger()})
+
+    def leader_of(self, topic: str, partition: int, timeout: float = 30.0) -> LocalKafka:
+        """The node leading ``topic``/``partition`` now (waits while it has no leader)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                metadata = self._admin().list_topics(topic, timeout=5)
+                leader = metadata.topics[topic].partitions[partition].leader
+            except Exception:  # KafkaException, or the topic/partition not known yet
+                leader = -1
+            if leader >= 0:
+                return self.node(leader)
+            if time.monotonic() > deadline:
+                raise KafkaRuntimeError(f"{topic}[{partition}] has no leader after {timeout:.0f}s")
+            time.sleep(0.2)
+
+    def transaction_coordinator_of(self, transactional_id: str) -> LocalKafka:
+        """The node whose transaction coordinator serves ``transactional_id``.
+
+        That is the leader of the ``__transaction_state`` partition the id hashes
+        to; the topic exists once a first transactional producer initialised.
+        """
+        partition = transaction_state_partition(transactional_id, TRANSACTION_STATE_PARTITIONS)
+        return self.leader_of("__transaction_state", partition)
+
+    def under_replicated(self) -> list[str]:
+        """Partitions (internal ones too) whose in-sync replicas are not all their replicas.
+
+        Also names nodes that are down or not registered, whose partitions would
+        otherwise only show up once the controller notices.
+        """
+        try:
+            metadata = self._admin().list_topics(timeout=5)
+        except Exception as exc:  # KafkaException: no node answers
+            return [f"no metadata ({exc})"]
+        behind = [
+            f"node {node.node_id} not registered"
+            for node in self.nodes
+            if node.node_id not in metadata.brokers
+        ]
+        for topic in metadata.topics.values():
+            for partition in topic.partitions.values():
+                if partition.leader < 0 or set(partition.isrs) != set(partition.replicas):
+                    behind.append(f"{topic.topic}[{partition.id}] isr {sorted(partition.isrs)}")
+        return behind
+
+    def in_sync_steps(self, timeout: float = 120.0) -> Iterator[None]:
+        """Yield until every partition has all its replicas in sync again; raise past ``timeout``.
+
+        A generator, so a controller that must keep doing other work while a
+        node catches up can advance it a step at a time.
+        """
+        deadline = time.monotonic() + timeout
+        while behind := self.under_replicated():
+            if time.monotonic() > deadline:
+                raise KafkaRuntimeError(
+                    f"in-sync replicas not recovered within {timeout:.0f}s: "
+                    + ", ".join(behind[:10])
+                )
+            yield
+
+    def wait_in_sync(self, timeout: float = 120.0) -> None:
+        """Block until every partition's in-sync replicas are complete (after a restart)."""
+        for _ in self.in_sync_steps(timeout):
+            time.sleep(0.2)
+
+    def wait_for_brokers(self, timeout: float) -> None:
+        """Block until the metadata lists every node as a broker."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                registered = set(self._admin().list_topics(timeout=2).brokers)
+            except Exception:  # KafkaException while nodes start
+                registered = set()
+            missing = [n.node_id for n in self.nodes if n.node_id not in registered]
+            if not missing:
+                return
+            if time.monotonic() > deadline:
+                raise KafkaRuntimeError(
+                    f"nodes {missing} of the cluster did not register within {timeout:.0f}s"
+                )
+            time.sleep(0.2)
+
+    def rolling_restart_steps(self, grace_seconds: float = DEFAULT_STOP_GRACE) -> Iterator[str]:
+        """Restart the nodes one at a time, each once the replicas are in sync again.
+
+        Yields a line on each node it restarts and ``""`` while it waits, so the
+        caller keeps its own loop going (the restarted JVM is spawned on the
+        caller's thread, which it must die with).
+        """
+        yield from ("" for _ in self.in_sync_steps())
+        for node in self.nodes:
+            yield f"restarting node {node.node_id}"
+            node.stop(grace_seconds)
+            node.prepare()
+            node.launch()
+            began = time.monotonic()
+            while not node.answers():
+                if not node.is_running() or time.monotonic() - began > node.start_timeout:
+                    node._fail_start()
+                yield ""
+            yield from ("" for _ in self.in_sync_steps())
+
+    def rolling_restart(self, grace_seconds: float = DEFAULT_STOP_GRACE) -> None:
+        """:meth:`rolling_restart_steps`, blocking."""
+        for _ in self.rolling_restart_steps(grace_seconds):
+            time.sleep(0.2)
 
 
 # ------------------------------------------------- the `outbox dev kafka` broker
@@ -497,17 +906,33 @@ def _is_kafka_jvm(pid: int) -> bool:
     return b"kafka.Kafka" in cmdline
 
 
+def recorded_pids(state: dict[str, Any]) -> list[int]:
+    """Every node's pid in a state record (``pids`` for a cluster, ``pid`` for one node)."""
+    return [int(pid) for pid in state.get("pids", [state.get("pid", 0)])]
+
+
 def running_state() -> dict[str, Any] | None:
-    """The recorded dev broker if it is still alive; a stale record is removed."""
+    """The recorded dev broker (or cluster, while any node lives); a stale record is removed."""
     path = state_file()
     try:
         state: dict[str, Any] = json.loads(path.read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return None
-    if _is_kafka_jvm(int(state.get("pid", 0))):
+    if any(_is_kafka_jvm(pid) for pid in recorded_pids(state)):
         return state
     path.unlink(missing_ok=True)
     return None
+
+
+def stop_recorded(state: dict[str, Any], grace_seconds: float) -> None:
+    """Stop every recorded node at once (one by one, the last waits for a lost quorum)."""
+    _in_parallel(
+        [
+            lambda pid=pid: processes.stop_pid(pid, grace_seconds)
+            for pid in recorded_pids(state)
+            if _is_kafka_jvm(pid)
+        ]
+    )
 
 
 def running_bootstrap() -> str | None:

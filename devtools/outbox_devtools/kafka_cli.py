@@ -19,14 +19,19 @@ from outbox_devtools.kafka import (
     KAFKA_VERSION,
     KafkaRuntimeError,
     LocalKafka,
+    LocalKafkaCluster,
+    check_node_count,
     ensure_kafka_jars,
+    recorded_pids,
     running_state,
     state_file,
+    stop_recorded,
 )
 from outbox_devtools.secure_kafka import BrokerSecurity
 
 kafka_app = typer.Typer(
-    help=f"A local Apache Kafka {KAFKA_VERSION} broker (KRaft, one node) from the official jars.",
+    help=f"A local Apache Kafka {KAFKA_VERSION} broker (KRaft; one node, or a cluster of 3-5)"
+    " from the official jars.",
     no_args_is_help=True,
 )
 
@@ -38,7 +43,15 @@ def register(app: typer.Typer) -> None:
 
 @kafka_app.command()
 def start(
-    port: Annotated[int, typer.Option(help="Client port on 127.0.0.1 (0: any free).")] = 0,
+    port: Annotated[
+        int, typer.Option(help="Client port on 127.0.0.1 (0: any free); one node only.")
+    ] = 0,
+    nodes: Annotated[
+        int,
+        typer.Option(
+            help="1, or 3-5 for a cluster (static quorum, 3 copies, min.insync.replicas=2)."
+        ),
+    ] = 1,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for readiness.")] = 90.0,
     secure: Annotated[
         bool,
@@ -48,40 +61,58 @@ def start(
         ),
     ] = False,
 ) -> None:
-    """Start a detached broker with a fresh data dir; prints `bootstrap: HOST:PORT` last."""
+    """Start a detached broker with a fresh data dir; prints `bootstrap: HOST:PORT[,...]` last."""
+    try:
+        check_node_count(nodes)
+        if port and nodes != 1:
+            raise KafkaRuntimeError("--port sets one node's port; a cluster picks free ports")
+        if secure and nodes != 1:
+            raise KafkaRuntimeError("--secure runs one node; a secure cluster is not made here")
+    except KafkaRuntimeError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
     state = running_state()
     if state is not None:
-        typer.echo(f"Kafka is already running (pid {state['pid']})", err=True)
+        typer.echo(f"Kafka is already running (pids {_pids(state)})", err=True)
         typer.echo(f"bootstrap: {state['bootstrap']}")
         return
     work_dir = processes.state_dir() / "kafka"
     shutil.rmtree(work_dir, ignore_errors=True)
     security = BrokerSecurity() if secure else None
-    broker = LocalKafka(
-        work_dir, port=port or None, start_timeout=timeout, detached=True, security=security
+    kafka: LocalKafka | LocalKafkaCluster = (
+        LocalKafka(
+            work_dir, port=port or None, start_timeout=timeout, detached=True, security=security
+        )
+        if nodes == 1
+        else LocalKafkaCluster(work_dir, nodes=nodes, start_timeout=timeout, detached=True)
     )
+    members = [kafka] if isinstance(kafka, LocalKafka) else kafka.nodes
     try:
-        broker.start()
+        kafka.start()
     except KafkaRuntimeError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from exc
     except KeyboardInterrupt:
-        broker.kill()  # detached: nobody else would ever stop it
+        kafka.kill()  # detached: nobody else would ever stop it
         raise
     record = {
-        "pid": broker.pid,
-        "bootstrap": broker.bootstrap_servers,
+        "pid": members[0].pid,
+        "pids": [node.pid for node in members],
+        "nodes": nodes,
+        "bootstrap": kafka.bootstrap_servers,
         "work_dir": str(work_dir),
-        "log": str(broker.log_path),
+        "log": str(members[0].log_path),
+        "logs": [str(node.log_path) for node in members],
         "kafka_version": KAFKA_VERSION,
         "started_at": time.time(),
         "secure": secure,
     }
     state_file().parent.mkdir(parents=True, exist_ok=True)
     state_file().write_text(json.dumps(record, indent=2) + "\n")
+    shape = "" if nodes == 1 else f" cluster of {nodes} nodes"
     typer.echo(
-        f"Kafka {KAFKA_VERSION} started in {broker.last_start_seconds:.1f}s "
-        f"(pid {broker.pid}, log {broker.log_path})",
+        f"Kafka {KAFKA_VERSION}{shape} started in {kafka.last_start_seconds:.1f}s "
+        f"(pids {_pids(record)}, logs {', '.join(record['logs'])})",
         err=True,
     )
     if security is not None:
@@ -91,21 +122,25 @@ def start(
             f" --command-config {properties} (Kafka's tools)",
             err=True,
         )
-    typer.echo(f"bootstrap: {broker.bootstrap_servers}")
+    typer.echo(f"bootstrap: {kafka.bootstrap_servers}")
+
+
+def _pids(state: dict[str, object]) -> str:
+    return ", ".join(str(pid) for pid in recorded_pids(state))
 
 
 @kafka_app.command()
 def stop(
     grace: Annotated[float, typer.Option(help="Seconds after SIGTERM before SIGKILL.")] = 30.0,
 ) -> None:
-    """Stop the broker that `start` recorded."""
+    """Stop the broker (every node of the cluster) that `start` recorded."""
     state = running_state()
     if state is None:
         typer.echo("Kafka is not running")
         return
-    processes.stop_pid(int(state["pid"]), grace)
+    stop_recorded(state, grace)
     state_file().unlink(missing_ok=True)
-    typer.echo(f"stopped Kafka (pid {state['pid']})")
+    typer.echo(f"stopped Kafka (pids {_pids(state)})")
 
 
 @kafka_app.command()
@@ -115,7 +150,10 @@ def status() -> None:
     if state is None:
         typer.echo("Kafka is not running")
         raise typer.Exit(1)
-    typer.echo(f"running: pid {state['pid']}, work dir {state['work_dir']}")
+    nodes = int(state.get("nodes", 1))
+    alive = [pid for pid in recorded_pids(state) if processes.pid_alive(pid)]
+    shape = "" if nodes == 1 else f" {len(alive)} of {nodes} nodes,"
+    typer.echo(f"running:{shape} pids {_pids(state)}, work dir {state['work_dir']}")
     typer.echo(f"bootstrap: {state['bootstrap']}")
 
 

@@ -17,7 +17,12 @@ Fixtures:
 - ``kafka_broker``: one broker the whole session shares, started on first use
   and stopped at the end (give each test its own topic prefix);
 - ``own_kafka_broker``: a broker only this test uses, free to ``kill()``,
-  ``stop()`` and ``restart()`` for crash tests.
+  ``stop()`` and ``restart()`` for crash tests;
+- ``kafka_cluster``: three nodes (:class:`~outbox_devtools.kafka.LocalKafkaCluster`,
+  three copies, ``min.insync.replicas=2``) shared by the tests of one module,
+  started only in modules that ask for it. A test may kill, stop or freeze a
+  node; the fixture brings every node back and waits until the replicas are in
+  sync before the next test.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from outbox_devtools.kafka import LocalKafka
+from outbox_devtools.kafka import LocalKafka, LocalKafkaCluster
 
 
 @pytest.fixture(scope="session")
@@ -40,6 +45,26 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafk
 def own_kafka_broker(tmp_path: Path) -> Iterator[LocalKafka]:
     """A started broker only this test uses: free to ``kill()``, ``stop()``, ``restart()``."""
     yield from _started(LocalKafka(tmp_path / "kafka"))
+
+
+@pytest.fixture(scope="module")
+def _module_kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafkaCluster]:
+    cluster = LocalKafkaCluster(tmp_path_factory.mktemp("kafka-cluster"))
+    try:
+        yield cluster.start()
+    finally:
+        cluster.close()
+
+
+@pytest.fixture
+def kafka_cluster(_module_kafka_cluster: LocalKafkaCluster) -> Iterator[LocalKafkaCluster]:
+    """A three-node cluster this module shares; every node runs and is in sync at each test."""
+    cluster = _module_kafka_cluster
+    for node in cluster.nodes:
+        node.thaw()
+    cluster.start()  # the nodes a previous test left down
+    cluster.wait_in_sync()
+    yield cluster
 
 
 def _started(broker: LocalKafka) -> Iterator[LocalKafka]:

@@ -5,11 +5,12 @@ from confluent_kafka.admin import NewTopic
 
 from outbox.admin import (
     HALF_RETENTION_MS,
+    TopicSpec,
     ensure_topics,
     plan_topics,
     read_topic_states,
 )
-from outbox.errors import TopicMismatchError
+from outbox.errors import TopicAdminError, TopicMismatchError
 from outbox.protocol import TopicNames
 
 pytestmark = pytest.mark.kafka
@@ -61,3 +62,36 @@ def test_missing_topics_read_as_absent(kafka_admin, unique_prefix):
 def test_plan_rejects_bad_counts(partitions, replication, match):
     with pytest.raises(ValueError, match=match):
         plan_topics(TopicNames(), partitions, replication)
+
+
+@pytest.mark.parametrize(
+    "brokers,replication,min_insync", [(1, 1, "1"), (2, 2, "1"), (3, 3, "2"), (7, 3, "2")]
+)
+def test_default_replication_follows_the_cluster(brokers, replication, min_insync):
+    spec = TopicSpec("t", 1).for_cluster(brokers)
+    assert spec.replication_factor == replication
+    assert spec.config["min.insync.replicas"] == min_insync
+
+
+def test_explicit_replication_and_min_insync_are_kept():
+    spec = TopicSpec("t", 1, 2, {"min.insync.replicas": "2"}).for_cluster(5)
+    assert (spec.replication_factor, spec.config["min.insync.replicas"]) == (2, "2")
+
+
+def test_single_broker_gets_one_replica_and_min_insync_one(kafka_admin, unique_prefix):
+    topics = TopicNames(unique_prefix)
+    ensure_topics(kafka_admin, plan_topics(topics, partitions=1))
+    states = read_topic_states(kafka_admin, list(topics.fixed))
+    assert {(s.replication_factor, s.config["min.insync.replicas"]) for s in states.values()} == {
+        (1, "1")
+    }
+    assert {s.brokers for s in states.values()} == {1}
+
+
+def test_more_replicas_than_brokers_names_both_and_creates_nothing(kafka_admin, unique_prefix):
+    topics = TopicNames(unique_prefix)
+    with pytest.raises(TopicAdminError) as info:
+        ensure_topics(kafka_admin, plan_topics(topics, partitions=1, replication_factor=3))
+    assert "replication factor 3 needs at least 3 brokers, but the cluster has 1" in str(info.value)
+    assert topics.half in str(info.value)
+    assert not read_topic_states(kafka_admin, [topics.half])[topics.half].exists

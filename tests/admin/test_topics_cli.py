@@ -62,6 +62,17 @@ def test_mismatch_is_a_one_line_error(kafka_bootstrap, unique_prefix):
     assert "Traceback" not in mismatch.stderr
 
 
+def test_more_replicas_than_brokers_is_a_one_line_error(kafka_bootstrap, unique_prefix):
+    args = ("topics", "create", "--prefix", unique_prefix, "--bootstrap", kafka_bootstrap)
+    refused = outbox(*args, "-p", "1", "-r", "2")
+    assert refused.returncode == 1
+    assert "replication factor 2 needs at least 2 brokers, but the cluster has 1" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    created = outbox(*args, "-p", "1")
+    assert created.returncode == 0, created.stderr
+    assert "min.insync" in created.stdout
+
+
 def test_unreachable_broker_fails_in_bounded_time():
     started = time.monotonic()
     result = outbox("topics", "describe", "--bootstrap", "127.0.0.1:1")

@@ -24,6 +24,7 @@ from outbox_devtools.kafka import (
     LocalKafka,
     ensure_kafka_jars,
     kafka_home,
+    stop_recorded,
 )
 
 pytestmark = pytest.mark.kafka
@@ -238,7 +239,7 @@ def dev_env(tmp_path: Path) -> Iterator[dict[str, str]]:
     yield env
     state = tmp_path / "dev" / "kafka.json"
     if state.is_file():
-        processes.stop_pid(int(json.loads(state.read_text())["pid"]), 10)
+        stop_recorded(json.loads(state.read_text()), 10)
 
 
 def test_cli_start_status_stop(dev_env: dict[str, str]) -> None:
@@ -274,6 +275,50 @@ def test_cli_start_status_stop(dev_env: dict[str, str]) -> None:
     assert stopped.returncode == 0, stopped.stderr
     assert not processes.pid_alive(pid)
     assert outbox("dev", "kafka", "status", env=dev_env).returncode == 1
+
+
+def test_cli_start_status_stop_a_three_node_cluster(dev_env: dict[str, str]) -> None:
+    started = outbox("dev", "kafka", "start", "--nodes", "3", env=dev_env)
+    assert started.returncode == 0, started.stderr
+    assert "cluster of 3 nodes started in" in started.stderr
+    bootstrap = started.stdout.strip().splitlines()[-1].removeprefix("bootstrap: ")
+    assert len(bootstrap.split(",")) == 3
+    state = json.loads((Path(dev_env["OUTBOX_DEV_HOME"]) / "kafka.json").read_text())
+    pids = [int(pid) for pid in state["pids"]]
+    assert len(set(pids)) == 3 and state["nodes"] == 3
+    metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
+    assert sorted(metadata.brokers) == [1, 2, 3]
+
+    status = outbox("dev", "kafka", "status", env=dev_env)
+    assert status.returncode == 0
+    assert "3 of 3 nodes" in status.stdout and f"bootstrap: {bootstrap}" in status.stdout
+
+    processes.kill_pid(pids[0])  # one node down: the cluster still runs
+    status = outbox("dev", "kafka", "status", env=dev_env)
+    assert status.returncode == 0 and "2 of 3 nodes" in status.stdout
+
+    stopped = outbox("dev", "kafka", "stop", env=dev_env)
+    assert stopped.returncode == 0, stopped.stderr
+    assert not any(processes.pid_alive(pid) for pid in pids)
+    assert outbox("dev", "kafka", "status", env=dev_env).returncode == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--nodes", "0"), "error: a local Kafka runs 1 node or a cluster of 3 to 5, not 0"),
+        (("--nodes", "2"), "not 2 (two voters lose their quorum"),
+        (("--nodes", "3", "--port", "9092"), "--port sets one node's port"),
+    ],
+)
+def test_cli_refuses_node_counts_it_cannot_run(
+    dev_env: dict[str, str], args: tuple[str, ...], message: str
+) -> None:
+    result = outbox("dev", "kafka", "start", *args, env=dev_env)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert not (Path(dev_env["OUTBOX_DEV_HOME"]) / "kafka.json").exists()
 
 
 def test_cli_stop_when_not_running(dev_env: dict[str, str]) -> None:
