@@ -48,6 +48,13 @@ def raise_if_not_described(name: str, topic: Any) -> None:
         raise NotAuthorizedError("DESCRIBE", f"topic {name!r}")
 
 
+def raise_if_configs_refused(name: str, exc: KafkaException, principal: str | None = None) -> None:
+    """``exc`` (from describing the configs of topic ``name``) is the authoriser's refusal:
+    guessing a default in its place would judge records by a limit the topic may not have."""
+    if is_authorization_failure(exc.args[0]):
+        raise NotAuthorizedError("DESCRIBE_CONFIGS", f"topic {name!r}", principal) from None
+
+
 def principal_of(client_config: Mapping[str, Any]) -> str | None:
     """``User:NAME`` a SASL client of ``client_config`` logs in as; None without SASL."""
     protocol = str(client_config.get("security.protocol", "")).lower()

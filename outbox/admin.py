@@ -30,10 +30,9 @@ from tenacity import (
     wait_fixed,
 )
 
-from outbox.access import is_authorization_failure, raise_if_not_described
+from outbox.access import raise_if_configs_refused, raise_if_not_described
 from outbox.errors import (
     KafkaUnavailableError,
-    NotAuthorizedError,
     TopicAdminError,
     TopicMismatchError,
 )
@@ -205,10 +204,7 @@ def read_topic_states(
             try:
                 entries = future.result(timeout=timeout)
             except KafkaException as exc:
-                if is_authorization_failure(exc.args[0]):
-                    raise NotAuthorizedError(
-                        "DESCRIBE_CONFIGS", f"topic {resource.name!r}"
-                    ) from None
+                raise_if_configs_refused(resource.name, exc)
                 raise
             shown = {k: entries[k].value for k in SHOWN_CONFIGS if k in entries}
             old = states[resource.name]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource
 
-from outbox.access import raise_if_not_described
+from outbox.access import raise_if_configs_refused, raise_if_not_described
 from outbox.errors import InvalidMessageError, KafkaUnavailableError, NotAuthorizedError
 
 _DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
@@ -60,11 +60,17 @@ class TopicCatalog:
             raise InvalidMessageError(
                 f"topic {topic!r} does not exist on the cluster; create it first"
             )
-        limit = _DEFAULT_MAX_MESSAGE_BYTES
+        return TopicFacts(topic, len(described.partitions), self._max_message_bytes(topic))
+
+    def _max_message_bytes(self, topic: str) -> int:
+        """The topic's limit; the broker default when the configs cannot be read, unless the
+        authoriser refused them (a relay would otherwise discard records the topic takes)."""
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
         try:
-            resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
             entries = self._admin.describe_configs([resource])[resource].result(self._timeout)
-            limit = int(entries["max.message.bytes"].value)
-        except (KafkaException, KeyError, ValueError):
-            pass  # the broker default is a fair stand-in when configs cannot be read
-        return TopicFacts(topic, len(described.partitions), limit)
+            return int(entries["max.message.bytes"].value)
+        except KafkaException as exc:
+            raise_if_configs_refused(topic, exc, self._principal)
+        except (KeyError, ValueError):
+            pass
+        return _DEFAULT_MAX_MESSAGE_BYTES
