@@ -16,15 +16,11 @@ from rich.table import Table
 from checker.discard import DiscardedHalf, ResumeOutcome, read_discards, resume_discards
 from checker.display import iso_ms
 from checker.settings import CheckerSettings
-from outbox.cli_options import (
-    BootstrapOption,
-    PrefixOption,
-    PropertiesOption,
-    admin_session,
-    kafka_settings,
-)
+from outbox.cli_options import admin_session
+from outbox.config import KafkaSettings
 from outbox.console import make_console
-from outbox.protocol import DEFAULT_PREFIX, Header
+from outbox.protocol import Header
+from outbox.settings_cli import kafka_options
 
 discard_app = typer.Typer(
     help="Halves the checker gave up on: list them, put them back to be checked again.",
@@ -80,16 +76,15 @@ def discards_table(discards: list[DiscardedHalf], title: str, with_resumed: bool
 
 
 @discard_app.command("list")
+@kafka_options
 def list_command(
     include_resumed: Annotated[
         bool, typer.Option("--include-resumed", help="Also show discards already resumed.")
     ] = False,
-    bootstrap: BootstrapOption = None,
-    prefix: PrefixOption = DEFAULT_PREFIX,
-    properties: PropertiesOption = None,
+    *,
+    settings: KafkaSettings,
 ) -> None:
     """List the discarded halves (not yet resumed), oldest first."""
-    settings = kafka_settings(bootstrap, prefix, properties)
     with admin_session(settings):
         discards = read_discards(settings.client_config(), settings.topics)
     shown = discards if include_resumed else [d for d in discards if d.resumed is None]
@@ -122,6 +117,7 @@ def _retention_warning(outcome: ResumeOutcome, now: int) -> str | None:
 
 
 @discard_app.command("resume")
+@kafka_options
 def resume_command(
     transaction_ids: Annotated[
         list[str] | None,
@@ -130,9 +126,8 @@ def resume_command(
     resume_all: Annotated[
         bool, typer.Option("--all", help="Resume every discarded half that can be.")
     ] = False,
-    bootstrap: BootstrapOption = None,
-    prefix: PrefixOption = DEFAULT_PREFIX,
-    properties: PropertiesOption = None,
+    *,
+    settings: KafkaSettings,
 ) -> None:
     """Put discarded halves back into the half topic with the check count reset.
 
@@ -142,8 +137,6 @@ def resume_command(
     """
     if bool(transaction_ids) == resume_all:
         raise typer.BadParameter("give transaction ids or --all (not both)")
-    settings = kafka_settings(bootstrap, prefix, properties)
-
     with admin_session(settings):
         outcome = resume_discards(settings, None if resume_all else transaction_ids, now_ms=_now_ms)
     console = make_console()

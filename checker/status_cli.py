@@ -13,15 +13,10 @@ from rich.table import Table
 
 from checker.display import format_age
 from checker.status import DEFAULT_SCAN_LIMIT, CheckerStatus, read_status
-from outbox.cli_options import (
-    BootstrapOption,
-    PrefixOption,
-    PropertiesOption,
-    admin_session,
-    kafka_settings,
-)
+from outbox.cli_options import admin_session
+from outbox.config import KafkaSettings
 from outbox.console import make_console
-from outbox.protocol import DEFAULT_PREFIX
+from outbox.settings_cli import kafka_options
 
 
 def status_table(status: CheckerStatus, title: str) -> Table:
@@ -118,15 +113,14 @@ ScanLimitOption = Annotated[
 ]
 
 
+@kafka_options
 def status(
     group: GroupOption = None,
     scan_limit: ScanLimitOption = DEFAULT_SCAN_LIMIT,
-    bootstrap: BootstrapOption = None,
-    prefix: PrefixOption = DEFAULT_PREFIX,
-    properties: PropertiesOption = None,
+    *,
+    settings: KafkaSettings,
 ) -> None:
     """Show the checker's checkpoints and pending halves per half partition."""
-    settings = kafka_settings(bootstrap, prefix, properties)
     checker_group = group or f"{settings.topic_prefix}.checker"
     with admin_session(settings):
         result = read_status(settings, checker_group, scan_limit=scan_limit)

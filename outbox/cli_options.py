@@ -1,7 +1,10 @@
-"""Command-line options shared by every ``outbox`` sub-command that talks to Kafka.
+"""What every ``outbox`` sub-command that talks to Kafka shares: the local broker
+to fall back on, and a session that names a refused login or ACL in one line.
 
-Each option is also an environment variable, named like the settings field it
-fills, so a container is configured the same way as a shell.
+The connection's flags themselves (``--bootstrap``, ``--prefix``, ``-X``, the
+security block) are generated from :class:`~outbox.config.KafkaSettings`
+(:func:`outbox.settings_cli.kafka_options`); each is also the environment
+variable of its field, so a container is configured the same way as a shell.
 """
 
 from __future__ import annotations
@@ -13,37 +16,15 @@ from typing import Annotated
 
 import typer
 from confluent_kafka.admin import AdminClient
-from pydantic import ValidationError
 
 from outbox.access import connect
-from outbox.config import BOOTSTRAP_ENV, KafkaSettings, parse_properties, settings_error
+from outbox.config import KafkaSettings
 from outbox.errors import ConfigurationError, NotAuthorizedError
-from outbox.protocol import DEFAULT_PREFIX
 
-BootstrapOption = Annotated[
-    str | None,
-    typer.Option(
-        "--bootstrap",
-        envvar=BOOTSTRAP_ENV,
-        help="Kafka bootstrap servers; defaults to the broker of `outbox dev kafka start`.",
-        show_default=False,
-    ),
-]
 PrefixOption = Annotated[
     str,
     typer.Option("--prefix", envvar="OUTBOX_TOPIC_PREFIX", help="Prefix of the outbox topics."),
 ]
-PropertiesOption = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--kafka-property",
-        "-X",
-        help="Extra librdkafka property KEY=VALUE (repeatable), or one JSON object;"
-        " env OUTBOX_KAFKA_PROPERTIES takes a JSON object.",
-        show_default=False,
-    ),
-]
-
 
 BOOTSTRAP_FINDERS = "kafka_outbox.bootstrap"
 """Entry-point group of ``() -> str | None`` functions naming a broker running on this machine.
@@ -69,22 +50,6 @@ def no_kafka_error(flag: str, variables: Sequence[str]) -> ConfigurationError:
         f"no Kafka to talk to: pass {flag} HOST:PORT, set {' or '.join(variables)}, "
         "or start a local broker with `outbox dev kafka start`"
     )
-
-
-def kafka_settings(
-    bootstrap: str | None, prefix: str = DEFAULT_PREFIX, properties: list[str] | None = None
-) -> KafkaSettings:
-    """Settings from the shared options, falling back to the local dev broker."""
-    if bootstrap is None:
-        bootstrap = local_bootstrap()
-    if bootstrap is None:
-        raise no_kafka_error("--bootstrap", [BOOTSTRAP_ENV])
-    explicit = {"kafka_properties": parse_properties(properties)} if properties else {}
-    try:
-        # Without -X flags, KafkaSettings reads OUTBOX_KAFKA_PROPERTIES itself.
-        return KafkaSettings(bootstrap_servers=bootstrap, topic_prefix=prefix, **explicit)
-    except ValidationError as exc:
-        raise settings_error(exc, KafkaSettings) from None
 
 
 @contextmanager

@@ -30,10 +30,11 @@ from pydantic_settings import BaseSettings
 from rich.markup import escape
 
 from outbox.cli_options import local_bootstrap, no_kafka_error
-from outbox.config import env_names, parse_properties, settings_error
+from outbox.config import KafkaSettings, env_names, parse_properties, settings_error
 from outbox.errors import ConfigurationError
 
 SettingsT = TypeVar("SettingsT", bound=BaseSettings)
+ResultT = TypeVar("ResultT")
 
 FlagNames = Mapping[str, Sequence[str]]
 """Field name to the names of its flag, where ``--field-name`` is not what users type."""
@@ -42,6 +43,13 @@ KAFKA_PROPERTY_FLAGS = ("--kafka-property", "-X")
 """The spelling of a Kafka client properties field in every ``outbox`` command."""
 
 _BOOTSTRAP = "bootstrap_servers"
+
+KAFKA_FLAGS: FlagNames = {
+    _BOOTSTRAP: ("--bootstrap",),
+    "topic_prefix": ("--prefix",),
+    "kafka_properties": KAFKA_PROPERTY_FLAGS,
+}
+"""Spellings of the connection's flags in the admin commands (:func:`kafka_options`)."""
 
 
 def _unwrap_optional(annotation: Any) -> Any:
@@ -247,3 +255,30 @@ def settings_command(
     command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     command.__doc__ = help
     app.command(name, help=help)(command)
+
+
+def kafka_options(command: Callable[..., ResultT]) -> Callable[..., ResultT]:
+    """``command``'s keyword-only ``settings: KafkaSettings`` parameter as one flag per field of
+    :class:`~outbox.config.KafkaSettings`: the same flags, variables and precedence as
+    the commands :func:`settings_command` makes, for a command with options of its own.
+
+    The security block (``--security-protocol``, ``--sasl-username``, ...) comes
+    with the fields, so an admin command logs in like the component it inspects.
+    """
+    own = inspect.signature(command, eval_str=True).parameters
+    fields = list(KafkaSettings.model_fields)
+
+    def with_kafka(ctx: typer.Context, **values: Any) -> ResultT:
+        given = {name: values.pop(name) for name in fields}
+        given = {name: value for name, value in given.items() if _given(ctx, name)}
+        return command(**values, settings=settings_from_flags(KafkaSettings, given, KAFKA_FLAGS))
+
+    params = [
+        inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context),
+        *(p for name, p in own.items() if name != "settings"),
+        *(_parameter(KafkaSettings, name, KAFKA_FLAGS) for name in fields),
+    ]
+    with_kafka.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    with_kafka.__doc__ = command.__doc__
+    with_kafka.__name__ = command.__name__
+    return with_kafka

@@ -14,15 +14,10 @@ from outbox.admin import (
     plan_topics,
     read_topic_states,
 )
-from outbox.cli_options import (
-    BootstrapOption,
-    PrefixOption,
-    PropertiesOption,
-    admin_session,
-    kafka_settings,
-)
+from outbox.cli_options import admin_session
+from outbox.config import KafkaSettings
 from outbox.console import make_console
-from outbox.protocol import DEFAULT_PREFIX
+from outbox.settings_cli import kafka_options
 
 topics_app = typer.Typer(help="Create and inspect the outbox topics.", no_args_is_help=True)
 
@@ -70,6 +65,7 @@ def _table(title: str, states: list[TopicState], created: dict[str, bool] | None
 
 
 @topics_app.command()
+@kafka_options
 def create(
     partitions: Annotated[
         int,
@@ -93,12 +89,10 @@ def create(
         ),
     ] = None,
     groups: CreateGroupOption = None,
-    bootstrap: BootstrapOption = None,
-    prefix: PrefixOption = DEFAULT_PREFIX,
-    properties: PropertiesOption = None,
+    *,
+    settings: KafkaSettings,
 ) -> None:
     """Create the half, op and discard topics (and check topics); idempotent."""
-    settings = kafka_settings(bootstrap, prefix, properties)
     specs = plan_topics(settings.topics, partitions, replication_factor, tuple(groups or ()))
     with admin_session(settings) as admin:
         created = ensure_topics(admin, specs)
@@ -109,14 +103,13 @@ def create(
 
 
 @topics_app.command()
+@kafka_options
 def describe(
     groups: DescribeGroupOption = None,
-    bootstrap: BootstrapOption = None,
-    prefix: PrefixOption = DEFAULT_PREFIX,
-    properties: PropertiesOption = None,
+    *,
+    settings: KafkaSettings,
 ) -> None:
     """Show the outbox topics; exits 1 if any is missing or half and op disagree."""
-    settings = kafka_settings(bootstrap, prefix, properties)
     names = [*settings.topics.fixed, *(settings.topics.check(g) for g in groups or ())]
     with admin_session(settings) as admin:
         states = read_topic_states(admin, names)

@@ -83,8 +83,9 @@ COMPONENTS: tuple[Component, ...] = (
     ),
     Component(
         "Admin commands: `outbox topics`, `outbox status`, `outbox discard`",
-        "`outbox.config.KafkaSettings`, the connection every component shares. "
-        "Without `--bootstrap` these commands use the broker of `outbox dev kafka start`.",
+        "`outbox.config.KafkaSettings`, the connection every component shares; its flags "
+        "are generated from the fields. Without `--bootstrap` these commands use the "
+        "broker of `outbox dev kafka start`.",
         KafkaSettings,
         commands=(
             ("topics", "create"),
@@ -93,12 +94,6 @@ COMPONENTS: tuple[Component, ...] = (
             ("discard", "list"),
             ("discard", "resume"),
         ),
-        # The shared Kafka options of outbox/cli_options.py.
-        flag_fields={
-            "bootstrap": "bootstrap_servers",
-            "prefix": "topic_prefix",
-            "properties": "kafka_properties",
-        },
         other_options=True,
     ),
     Component(

@@ -77,7 +77,7 @@ def error_paths(tmp_path: Path) -> list[tuple[list[str], int, list[str]]]:
         (
             ["topics", "create", "--bootstrap", "127.0.0.1:1", "-X", LONG],
             1,
-            [f"outbox: error: Kafka property '{LONG}' is not KEY=VALUE"],
+            [f"outbox: error: --kafka-property: Kafka property '{LONG}' is not KEY=VALUE"],
         ),
     ]
 

@@ -43,6 +43,16 @@ def test_every_settings_field_and_variable_is_listed() -> None:
         assert f"`{variable}`" in reference
 
 
+def test_every_field_of_a_component_with_commands_has_a_flag() -> None:
+    for component in config_reference.COMPONENTS:
+        if component.settings is None or not component.commands:
+            continue
+        section = config_reference.render(ROOT, [component])
+        for name in component.settings.model_fields:
+            (row,) = [line for line in section.splitlines() if line.startswith(f"| `{name}` |")]
+            assert row.split(" | ")[1].startswith("`--"), f"{component.title}: {name} has no flag"
+
+
 class _Secretive(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="DEMO_")
 

@@ -28,6 +28,7 @@ EVERY_COMMAND = {
     ("status",),
     ("discard", "list"),
     ("discard", "resume"),
+    ("acls", "print"),
     ("sink",),
     ("dev", "spark", "fetch"),
     ("dev", "kafka", "start"),

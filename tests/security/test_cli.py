@@ -16,8 +16,9 @@ pytestmark = pytest.mark.kafka
 
 
 def outbox(*args: str, user: dict[str, object]) -> tuple[int, str, float]:
+    """Run ``outbox ARGS`` with ``user``'s settings as its only ``OUTBOX_*`` variables."""
     env = {
-        **os.environ,
+        **{key: value for key, value in os.environ.items() if not key.startswith("OUTBOX_")},
         **{f"OUTBOX_{key.upper()}": str(value) for key, value in user.items()},
     }
     began = time.monotonic()
@@ -53,6 +54,29 @@ def test_a_missing_acl_names_operation_topic_and_user(secure_topics: SecureTopic
         f"User:{names.prefix}-nobody; grant it (`outbox acls print --group GROUP` lists the"
         " ACLs each component needs)"
     ]
+
+
+@pytest.mark.parametrize(
+    "command", [("topics", "describe"), ("status",), ("discard", "list")], ids=" ".join
+)
+def test_admin_commands_log_in_with_flags_alone(
+    secure_topics: SecureTopics, command: tuple[str, ...]
+):
+    kafka = secure_topics.kafka
+    login = kafka.security.settings()
+    flags = [
+        f"--{name.replace('_', '-')}={value}" for name, value in login.items()
+    ]  # --security-protocol, --sasl-mechanism, --sasl-username, --sasl-password, --ssl-ca-file
+    code, output, _ = outbox(
+        *command,
+        f"--bootstrap={kafka.bootstrap}",
+        f"--prefix={secure_topics.names.prefix}",
+        *flags,
+        user={},
+    )
+    assert code == 0, output
+    assert secure_topics.names.prefix in output  # the prefix given by flag
+    assert str(login["sasl_password"]) not in output
 
 
 def test_acls_print_lists_what_the_code_needs():

@@ -133,7 +133,12 @@ def test_the_password_is_in_no_help_screen_or_config_reference(monkeypatch: pyte
     monkeypatch.setenv("OUTBOX_SASL_PASSWORD", PASSWORD)
     monkeypatch.setenv("OUTBOX_SINK_SASL_PASSWORD", PASSWORD)
     runner = CliRunner()
-    for command in (["checker", "--help"], ["sink", "--help"]):
+    admin_commands = (["topics", "create"], ["topics", "describe"], ["status"], ["discard", "list"])
+    for command in (
+        ["checker", "--help"],
+        ["sink", "--help"],
+        *([*c, "--help"] for c in admin_commands),
+    ):
         result = runner.invoke(app, command, env={"COLUMNS": "200"})
         assert result.exit_code == 0, result.output
         assert "--sasl-password" in result.output
