@@ -18,11 +18,13 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from outbox.errors import ConnectionSecurityError, KafkaUnavailableError, NotAuthorizedError
 from outbox.security import SecurityRules
+
+log = logging.getLogger(__name__)
 
 AUTHORIZATION_FAILURES: dict[int, str] = {
     KafkaError.TOPIC_AUTHORIZATION_FAILED: "topic",
@@ -53,6 +55,26 @@ def raise_if_configs_refused(name: str, exc: KafkaException, principal: str | No
     guessing a default in its place would judge records by a limit the topic may not have."""
     if is_authorization_failure(exc.args[0]):
         raise NotAuthorizedError("DESCRIBE_CONFIGS", f"topic {name!r}", principal) from None
+
+
+def raise_if_group_refused(admin: AdminClient, group: str, timeout: float) -> None:
+    """Refuse a start whose principal may not use consumer group ``group``, naming READ.
+
+    Joining the group, which needs READ, happens later in a consumer's
+    background thread; fetching the group's committed offsets is one request
+    that needs DESCRIBE, which READ implies. So a principal with no ACL on the
+    group is refused here, and one granted DESCRIBE alone learns it from the
+    consumer's error. Anything but a refusal (a slow coordinator) is left to
+    the consumer, which waits for it anyway.
+    """
+    request = [ConsumerGroupTopicPartitions(group)]
+    future = admin.list_consumer_group_offsets(request, request_timeout=timeout)[group]
+    try:
+        future.result(timeout)
+    except KafkaException as exc:
+        if exc.args[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+            raise NotAuthorizedError("READ", f"group {group!r}") from None
+        log.debug("cannot fetch the offsets of group %s at start: %s", group, exc)
 
 
 def principal_of(client_config: Mapping[str, Any]) -> str | None:

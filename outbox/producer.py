@@ -33,7 +33,7 @@ from confluent_kafka.admin import AdminClient
 from pydantic import ValidationError
 
 from outbox import metrics, tracing
-from outbox.access import connect
+from outbox.access import connect, raise_if_group_refused
 from outbox.acked_writer import AckedWriter, Acknowledgement, wait_acknowledged
 from outbox.admin import TopicSpec, ensure_topics, read_topic_states
 from outbox.check_responder import CheckResponder
@@ -309,6 +309,7 @@ class TransactionProducer:
         self._half_partitions = states[half].partitions
         check = TopicSpec(self.topics.check(self.group), self._half_partitions)
         ensure_topics(admin, [check], timeout=timeout)
+        raise_if_group_refused(admin, check.name, timeout)
 
     def shutdown(self, timeout: float = 30.0) -> None:
         """Refuse new sends, finish the ends under way, deliver queued oneway ops, close.

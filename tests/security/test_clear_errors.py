@@ -33,8 +33,12 @@ from tests.security.conftest import GROUP, SecureTopics
 pytestmark = pytest.mark.kafka
 
 
-def without(acls: list[Acl], resource: str, operation: str) -> list[Acl]:
-    kept = [a for a in acls if not (a.name == resource and a.operation == operation)]
+def without(acls: list[Acl], resource: str, operation: str, kind: str = "TOPIC") -> list[Acl]:
+    kept = [
+        a
+        for a in acls
+        if not (a.name == resource and a.operation == operation and a.resource_type == kind)
+    ]
     assert len(kept) == len(acls) - 1, f"no {operation} on {resource} in the list"
     return kept
 
@@ -119,7 +123,7 @@ def test_a_checker_without_its_consumer_group_fails_instead_of_waiting(
     names = secure_topics.names
     acls = checker_acls(names, [secure_topics.real_topic])
     group = f"{names.prefix}.checker"
-    settings = secure_topics.user("checker", without(acls, group, "READ"))
+    settings = secure_topics.user("checker", without(acls, group, "READ", "GROUP"))
     checker = Checker(CheckerSettings(**settings, http_address=""))
     try:
         with pytest.raises(NotAuthorizedError) as caught:
@@ -133,18 +137,29 @@ def test_a_checker_without_its_consumer_group_fails_instead_of_waiting(
     )
 
 
-def test_a_producer_without_its_check_back_group_logs_one_error_naming_it(
+def test_a_producer_without_its_check_back_group_fails_its_start(secure_topics: SecureTopics):
+    names = secure_topics.names
+    acls = producer_acls(names, GROUP, [secure_topics.real_topic])
+    settings = secure_topics.user("producer", without(acls, names.check(GROUP), "READ", "GROUP"))
+    with pytest.raises(NotAuthorizedError) as caught:
+        producer(settings).start()
+    assert str(caught.value).startswith(
+        f"not authorised to READ group '{names.check(GROUP)}' as User:{names.prefix}-producer;"
+        " grant it"
+    )
+
+
+def test_a_producer_that_may_describe_but_not_read_its_group_logs_one_error_naming_it(
     secure_topics: SecureTopics, caplog: pytest.LogCaptureFixture
 ):
+    """Only joining the group needs READ, and that happens in the background: the start
+    sees DESCRIBE (what fetching the group's offsets needs) and carries on."""
     names = secure_topics.names
     group = names.check(GROUP)
-    acls = [
-        a
-        for a in producer_acls(names, GROUP, [secure_topics.real_topic])
-        if a.resource_type != "GROUP"
-    ]
-    assert len(acls) == len(producer_acls(names, GROUP, [secure_topics.real_topic])) - 1
-    settings = secure_topics.user("producer", acls)
+    acls = without(producer_acls(names, GROUP, [secure_topics.real_topic]), group, "READ", "GROUP")
+    settings = secure_topics.user(
+        "producer", [*acls, Acl("GROUP", group, "LITERAL", "DESCRIBE", "test")]
+    )
     expected = (
         f"no check-back can be answered: not authorised to READ group '{group}' as "
         f"User:{names.prefix}-producer"
