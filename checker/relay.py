@@ -143,6 +143,8 @@ class Relay:
         self._relayed: dict[int, int] = {}
         """Per owned op partition, the offset after the last decision relayed and committed."""
         self._in_transaction = False
+        self._batch_topics: list[str] = []
+        """Topics the transaction under way writes: what a refused WRITE names."""
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self.last_batch_at = time.monotonic()
@@ -207,11 +209,12 @@ class Relay:
             )
         elif code == KafkaError.GROUP_AUTHORIZATION_FAILED:
             operation, resource = "READ", f"group {self._group_id!r}"
+        elif not self._in_transaction:
+            operation, resource = "READ", f"topic {self._topics.op!r}"
         else:
-            operation, resource = (
-                "WRITE",
-                "the real topics of this batch (named in the client's log)",
-            )
+            names = ", ".join(repr(topic) for topic in self._batch_topics)
+            several = len(self._batch_topics) > 1
+            operation, resource = "WRITE", f"one of topics {names}" if several else f"topic {names}"
         return NotAuthorizedError(operation, resource, principal_of(self._client_config))
 
     def stop(self) -> None:
@@ -469,6 +472,7 @@ class Relay:
             else:
                 report.rollbacks += 1
         outgoing = self._restore_records(commits, report)
+        self._batch_topics = sorted({record.topic for record in outgoing})
         offsets = []
         for partition, offset in next_offsets.items():
             memory = self._memories[partition]

@@ -207,7 +207,7 @@ def test_a_relay_refused_on_the_real_topic_says_so_keeps_the_record_and_resumes_
 ):
     names, real = secure_topics.names, secure_topics.real_topic
     refused = {
-        "WRITE": "WRITE the real topics of this batch (named in the client's log)",
+        "WRITE": f"WRITE topic {real!r}",
         "DESCRIBE": f"DESCRIBE topic {real!r}",
         "DESCRIBE_CONFIGS": f"DESCRIBE_CONFIGS topic {real!r}",
     }[missing[-1]]
