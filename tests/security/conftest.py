@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -23,9 +24,12 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
+from outbox.access import connect
 from outbox.acls import Acl, acl_bindings
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
+from outbox.errors import ConnectionSecurityError
 from outbox.protocol import TopicNames
+from outbox.security import KafkaSecurity, SecurityRules
 from outbox_devtools.kafka import LocalKafka
 from outbox_devtools.secure_kafka import BrokerSecurity
 
@@ -62,8 +66,24 @@ class SecureKafka:
         )
         for future in self.admin.alter_user_scram_credentials([upsert]).values():
             future.result(30)
+        login = self.security.settings(name, password)
+        self._wait_until_known(KafkaSecurity(**login))
         self.grant(name, acls)
-        return {"bootstrap_servers": self.bootstrap, **self.security.settings(name, password)}
+        return {"bootstrap_servers": self.bootstrap, **login}
+
+    def _wait_until_known(self, login: SecurityRules) -> None:
+        """The controller has stored a new user before the broker's authenticator knows it:
+        a login at once may be refused."""
+        config = {"bootstrap.servers": self.bootstrap, **login.librdkafka()}
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                connect(config, login, self.bootstrap, 10)
+                return
+            except ConnectionSecurityError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
 
 
 @pytest.fixture(scope="session")
