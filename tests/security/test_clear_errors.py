@@ -101,19 +101,21 @@ def test_a_producer_without_write_on_the_half_topic_fails_the_send(
     )
 
 
+@pytest.mark.parametrize("missing", ["DESCRIBE", "DESCRIBE_CONFIGS"])
 def test_a_producer_sending_to_a_topic_it_may_not_describe_is_told_so_not_to_create_it(
-    secure_topics: SecureTopics,
+    secure_topics: SecureTopics, missing: str
 ):
+    """Not "create it first", nor a size limit guessed in place of the topic's."""
     names, real = secure_topics.names, secure_topics.real_topic
     settings = secure_topics.user(
-        "producer", without(producer_acls(names, GROUP, [real]), real, "DESCRIBE")
+        "producer", without(producer_acls(names, GROUP, [real]), real, missing)
     )
     with producer(settings).start() as started, pytest.raises(NotAuthorizedError) as caught:
         started.send_message_in_transaction(
             Message(real, b"v"), LocalTransactionState.COMMIT_MESSAGE
         )
     assert str(caught.value).startswith(
-        f"not authorised to DESCRIBE topic '{real}' as User:{names.prefix}-producer"
+        f"not authorised to {missing} topic '{real}' as User:{names.prefix}-producer"
     )
 
 
