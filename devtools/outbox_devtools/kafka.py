@@ -427,6 +427,14 @@ class LocalKafka:
         """Whether this node answers a metadata request now."""
         return self.is_running() and broker_answers(self.bootstrap_servers, timeout=1.0)
 
+    def ready_steps(self) -> Iterator[None]:
+        """:meth:`await_ready` a step at a time, for a caller that must keep ticking."""
+        began = time.monotonic()
+        while not self.answers():
+            if not self.is_running() or time.monotonic() - began > self.start_timeout:
+                self._fail_start()
+            yield
+
     def await_ready(self, began: float) -> None:
         """Block until the launched node answers; a JVM that exits or hangs is an error."""
         ready = wait_for_broker(self.bootstrap_servers, self.start_timeout, self.is_running)
@@ -849,11 +857,7 @@ class LocalKafkaCluster:
             node.stop(grace_seconds)
             node.prepare()
             node.launch()
-            began = time.monotonic()
-            while not node.answers():
-                if not node.is_running() or time.monotonic() - began > node.start_timeout:
-                    node._fail_start()
-                yield ""
+            yield from ("" for _ in node.ready_steps())
             yield from ("" for _ in self.in_sync_steps())
 
     def rolling_restart(self, grace_seconds: float = DEFAULT_STOP_GRACE) -> None:
