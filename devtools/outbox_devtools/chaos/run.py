@@ -421,12 +421,10 @@ def _send_with_faults(
     with Progress(*columns, console=console) as progress:
         task = progress.add_task("sent", total=settings.transactions)
         while cluster.sent < settings.transactions or queue or cluster.armed or cluster.down:
-            while (
-                queue
-                and cluster.sent >= queue[0].at_share * settings.transactions
-                and cluster.ready_for(queue[0])
-            ):
-                _fire(cluster, queue.pop(0), console)
+            for fault in [f for f in queue if cluster.sent >= f.at_share * settings.transactions]:
+                if cluster.ready_for(fault):  # a waiting broker fault holds up no other kind
+                    queue.remove(fault)
+                    _fire(cluster, fault, console)
             _strike_armed(cluster, console)
             _restart_due(cluster, console)
             on_tick()
