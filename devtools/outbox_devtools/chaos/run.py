@@ -61,6 +61,9 @@ GRACE_SECONDS = 20.0
 The checker asks every CHECK_INTERVAL for CHECK_MAX rounds, well past it."""
 CHECK_INTERVAL_SECONDS = 2.0
 TICK_SECONDS = 0.2
+BROKER_FAULT_WAIT_SECONDS = 180.0
+"""How long a broker fault waits for the cluster to be whole and in sync before it is skipped
+(a run whose replicas never recover must end, and say so, rather than wait for ever)."""
 CHECK_WAIT_SECONDS = 120.0
 """How long an armed producer may take to receive a check-back before the fault gives up
 (recorded as ``no check seen``). A half is only checked once past the transaction timeout
@@ -412,6 +415,7 @@ def _send_with_faults(
     on_tick: Callable[[], None],
 ) -> None:
     queue = list(faults)
+    waiting: dict[Fault, float] = {}  # when each fault fell due (see Cluster.ready_for)
     columns = (
         TextColumn("    transactions"),
         BarColumn(),
@@ -422,9 +426,17 @@ def _send_with_faults(
         task = progress.add_task("sent", total=settings.transactions)
         while cluster.sent < settings.transactions or queue or cluster.armed or cluster.down:
             for fault in [f for f in queue if cluster.sent >= f.at_share * settings.transactions]:
+                due_since = waiting.setdefault(fault, time.monotonic())
                 if cluster.ready_for(fault):  # a waiting broker fault holds up no other kind
                     queue.remove(fault)
                     _fire(cluster, fault, console)
+                elif time.monotonic() - due_since > BROKER_FAULT_WAIT_SECONDS:
+                    queue.remove(fault)
+                    console.print(
+                        f"    [yellow]skipped[/] {fault.describe()}: the cluster was not whole and"
+                        f" in sync for {BROKER_FAULT_WAIT_SECONDS:.0f}s",
+                        highlight=False,
+                    )
             _strike_armed(cluster, console)
             _restart_due(cluster, console)
             on_tick()
