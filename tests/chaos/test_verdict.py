@@ -99,3 +99,10 @@ def test_the_stall_is_the_longest_publication_gap_overlapping_the_fault():
     # Nothing published after the fault started: the stall runs to the fault's end.
     assert longest_gap_seconds([1_000], 3.0, 8.0) == 5.0
     assert longest_gap_seconds([], 3.0, 8.0) == 0.0
+
+
+def test_the_lost_say_whether_the_relay_or_the_sink_dropped_them():
+    state = TopicState(transactions={"a", "b", "c"}, real=Counter({"a": 1, "b": 1}))
+    verdict = judge(1, {"a", "b", "c"}, state, Counter({"a": 1}))
+    assert (verdict.lost, verdict.unpublished) == (2, 1)
+    assert "1 of the lost are not on the real topic either" in verdict.failures

@@ -707,6 +707,7 @@ def _report(
         ("rolled back (or never committed)", verdict.rolled_back),
         ("rows in the sink", verdict.sink_rows),
         ("lost (committed, not in the sink)", verdict.lost),
+        ("  of which not on the real topic", verdict.unpublished),
         ("phantom (visible, not committed)", verdict.phantom),
         ("duplicates in the sink", verdict.duplicates_in_sink),
         ("raw duplicates on the real topic", verdict.raw_duplicates),

@@ -136,6 +136,8 @@ class Verdict:
     discarded: int
     causes: Counter[str]
     sink_rows: int
+    unpublished: int = 0
+    """Of the lost: not on the real topic either (the relay's loss, not the sink's)."""
 
     @property
     def failures(self) -> list[str]:
@@ -146,6 +148,8 @@ class Verdict:
             "halves still pending": self.pending,
         }
         failures = [f"{count} {what}" for what, count in problems.items() if count]
+        if self.lost:
+            failures.append(f"{self.unpublished} of the lost are not on the real topic either")
         if self.raw_duplicates:
             causes = "; ".join(f"{cause}: {n}" for cause, n in self.causes.most_common())
             failures.append(f"{self.raw_duplicates} raw duplicates on the real topic ({causes})")
@@ -176,4 +180,5 @@ def judge(seed: int, committed_in_db: set[str], state: TopicState, sink: Counter
         discarded=len(state.discarded),
         causes=duplicate_causes(state),
         sink_rows=sum(sink.values()),
+        unpublished=len(committed_in_db - set(state.real)),
     )
