@@ -45,6 +45,8 @@ DEFAULT_START_TIMEOUT = 90.0
 DEFAULT_STOP_GRACE = 30.0
 TRANSACTION_STATE_PARTITIONS = 4
 """``transaction.state.log.num.partitions`` of every local broker (the default 50 slows starts)."""
+OFFSETS_PARTITIONS = 4
+"""``offsets.topic.num.partitions`` of every local broker."""
 CLUSTER_NODE_COUNTS = range(3, 6)
 """Node counts a :class:`LocalKafkaCluster` accepts; one node is :class:`LocalKafka` itself."""
 _BROKER_JAR_GLOB = f"kafka_{SCALA_VERSION}-*.jar"
@@ -206,7 +208,7 @@ def replication_properties(replicas: int) -> dict[str, str]:
         "default.replication.factor": str(copies),
         "min.insync.replicas": min_isr,
         "offsets.topic.replication.factor": str(copies),
-        "offsets.topic.num.partitions": "4",
+        "offsets.topic.num.partitions": str(OFFSETS_PARTITIONS),
         "transaction.state.log.replication.factor": str(copies),
         "transaction.state.log.min.isr": min_isr,
         "transaction.state.log.num.partitions": str(TRANSACTION_STATE_PARTITIONS),
@@ -566,13 +568,14 @@ def java_string_hash(text: str) -> int:
     return value - (1 << 32) if value & 0x80000000 else value
 
 
-def transaction_state_partition(transactional_id: str, partitions: int) -> int:
-    """The ``__transaction_state`` partition whose leader coordinates ``transactional_id``.
+def coordinator_partition(key: str, partitions: int) -> int:
+    """The internal-topic partition whose leader coordinates ``key``: a transactional id in
+    ``__transaction_state``, a consumer group in ``__consumer_offsets``.
 
     Kafka's ``Utils.abs`` maps ``Integer.MIN_VALUE`` to 0 (``Math.abs`` would
     keep it negative), then takes the remainder by the partition count.
     """
-    value = java_string_hash(transactional_id)
+    value = java_string_hash(key)
     return (0 if value == -(1 << 31) else abs(value)) % partitions
 
 
@@ -783,8 +786,17 @@ class LocalKafkaCluster:
         That is the leader of the ``__transaction_state`` partition the id hashes
         to; the topic exists once a first transactional producer initialised.
         """
-        partition = transaction_state_partition(transactional_id, TRANSACTION_STATE_PARTITIONS)
+        partition = coordinator_partition(transactional_id, TRANSACTION_STATE_PARTITIONS)
         return self.leader_of("__transaction_state", partition)
+
+    def group_coordinator_of(self, group_id: str) -> LocalKafka:
+        """The node whose group coordinator serves consumer group ``group_id``.
+
+        The leader of the ``__consumer_offsets`` partition the group hashes to;
+        the topic exists once a first group committed or joined.
+        """
+        partition = coordinator_partition(group_id, OFFSETS_PARTITIONS)
+        return self.leader_of("__consumer_offsets", partition)
 
     def under_replicated(self) -> list[str]:
         """Partitions (internal ones too) whose in-sync replicas are not all their replicas.

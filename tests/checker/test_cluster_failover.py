@@ -13,11 +13,14 @@ import random
 import threading
 import uuid
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from checker.relay import relay_transactional_id
+from checker.relay import relay_group, relay_transactional_id
 from checker.service import Checker
 from checker.settings import CheckerSettings
 from outbox import LocalTransactionState, Message, TransactionProducer
@@ -31,6 +34,8 @@ pytestmark = pytest.mark.kafka
 
 GROUP = "orders"
 INSTANCE = "cluster-checker"
+RESUME_SECONDS = 60.0
+"""A node's death costs its sessions (6-10 s) and a client timeout or two (30 s), not more."""
 
 
 class Sender:
@@ -82,12 +87,28 @@ def _kill_and_restart(cluster: LocalKafkaCluster, node: LocalKafka, sender: Send
     cluster.wait_in_sync()
 
 
-@pytest.mark.timeout(600)
-def test_every_commit_is_published_once_across_a_half_leader_and_a_relay_coordinator_kill(
-    kafka_cluster: LocalKafkaCluster, unique_prefix: str
-) -> None:
-    names = TopicNames(unique_prefix)
-    topics = OutboxTopics(kafka_cluster.bootstrap_servers, names, f"{unique_prefix}-events")
+@dataclass
+class RunningOutbox:
+    names: TopicNames
+    topics: OutboxTopics
+    settings: CheckerSettings
+    sender: Sender
+
+    def published(self) -> Counter[str]:
+        """Real-topic records per transaction id (read_committed)."""
+        records = self.topics.read(self.topics.real_topic)
+        return Counter(RealRecord.from_record(raw).transaction_id for raw in records)
+
+
+@contextmanager
+def running_outbox(cluster: LocalKafkaCluster, prefix: str) -> Iterator[RunningOutbox]:
+    """Replicated outbox topics, a checker with its relay, and a sender that has started.
+
+    On leaving, sending stops and the checker runs until every commit is
+    published (or four minutes pass); then the invariants are checked.
+    """
+    names = TopicNames(prefix)
+    topics = OutboxTopics(cluster.bootstrap_servers, names, f"{prefix}-events")
     ensure_topics(
         AdminClient(topics.client_config),
         [
@@ -97,7 +118,7 @@ def test_every_commit_is_published_once_across_a_half_leader_and_a_relay_coordin
     )
     settings = CheckerSettings(
         bootstrap_servers=topics.bootstrap,
-        topic_prefix=unique_prefix,
+        topic_prefix=prefix,
         http_address="",
         check_interval_seconds=1.0,
         instance_id=INSTANCE,
@@ -105,33 +126,21 @@ def test_every_commit_is_published_once_across_a_half_leader_and_a_relay_coordin
     checker = Checker(settings)
     loop = threading.Thread(target=checker.run, daemon=True)
     sender = Sender(topics)
+    running = RunningOutbox(names, topics, settings, sender)
     loop.start()
     try:
-        wait_for(lambda: checker.relay is not None and checker.relay.partitions, 60, "the relay")
-        sender.thread.start()
-        sender.wait_for_more(50)
-
-        half_leader = kafka_cluster.leader_of(names.half, 1)
-        _kill_and_restart(kafka_cluster, half_leader, sender)
-
-        coordinator = kafka_cluster.transaction_coordinator_of(
-            relay_transactional_id(settings.group_id, INSTANCE)
+        try:
+            wait_for(lambda: checker.relay is not None and checker.relay.partitions, 60, "relay")
+            sender.thread.start()
+            sender.wait_for_more(50)
+            yield running
+        finally:
+            sender.stop.set()
+            sender.thread.join(120)
+        wait_for(
+            lambda: sender.committed <= set(running.published()), 240, "every commit published"
         )
-        sender.wait_for_more(20)
-        _kill_and_restart(kafka_cluster, coordinator, sender)
-        sender.wait_for_more(50)
-    finally:
-        sender.stop.set()
-        sender.thread.join(120)
-    try:
-
-        def published() -> Counter[str]:
-            return Counter(
-                RealRecord.from_record(raw).transaction_id for raw in topics.read(topics.real_topic)
-            )
-
-        wait_for(lambda: sender.committed <= set(published()), 240, "every commit published")
-        real = published()
+        real = running.published()
     finally:
         checker.stop()
         loop.join(60)
@@ -146,3 +155,46 @@ def test_every_commit_is_published_once_across_a_half_leader_and_a_relay_coordin
         "rolled back but visible": len(set(real) & rolled_back),
     }
     assert [tid for tid, count in real.items() if count > 1] == []
+
+
+@pytest.mark.timeout(600)
+def test_every_commit_is_published_once_across_a_half_leader_and_a_relay_coordinator_kill(
+    kafka_cluster: LocalKafkaCluster, unique_prefix: str
+) -> None:
+    with running_outbox(kafka_cluster, unique_prefix) as outbox:
+        half_leader = kafka_cluster.leader_of(outbox.names.half, 1)
+        _kill_and_restart(kafka_cluster, half_leader, outbox.sender)
+
+        coordinator = kafka_cluster.transaction_coordinator_of(
+            relay_transactional_id(outbox.settings.group_id, INSTANCE)
+        )
+        outbox.sender.wait_for_more(20)
+        _kill_and_restart(kafka_cluster, coordinator, outbox.sender)
+        outbox.sender.wait_for_more(50)
+
+
+@pytest.mark.timeout(600)
+def test_publication_goes_on_when_the_relay_groups_coordinator_is_killed(
+    kafka_cluster: LocalKafkaCluster, unique_prefix: str
+) -> None:
+    """The relay commits its op offsets through the group coordinator of its consumer group
+    inside each Kafka transaction; that node's death must not stall publication for long.
+
+    librdkafka's ``send_offsets_to_transaction`` can block past its timeout while its
+    cached group coordinator is gone (confluentinc/librdkafka#5456, #5511); the relay's
+    own deadline then fences the stuck producer.
+    """
+    with running_outbox(kafka_cluster, unique_prefix) as outbox:
+        group = relay_group(outbox.settings.group_id)
+        coordinator = kafka_cluster.group_coordinator_of(group)
+        coordinator.kill()
+        outbox.sender.wait_for_more(20)
+        committed_after_kill = set(outbox.sender.committed)
+        wait_for(
+            lambda: committed_after_kill <= set(outbox.published()),
+            RESUME_SECONDS,
+            f"publication to resume within {RESUME_SECONDS:.0f}s of the kill",
+        )
+        coordinator.start()
+        kafka_cluster.wait_in_sync()
+        outbox.sender.wait_for_more(20)
