@@ -86,6 +86,12 @@ def relay_group(checker_group: str) -> str:
     return f"{checker_group}.relay"
 
 
+def relay_transactional_id(checker_group: str, instance: str) -> str:
+    """A replica's relay ``transactional.id``: the same across its restarts, so a new
+    incarnation fences the old one's open transaction (and names its coordinator)."""
+    return f"{relay_group(checker_group)}.{instance}"
+
+
 @dataclass
 class BatchReport:
     """What one relay transaction did."""
