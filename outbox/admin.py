@@ -170,6 +170,7 @@ def _look_up_one(admin: AdminClient, name: str, timeout: float) -> Any:
     return topic
 
 
+@_transient
 def read_topic_states(
     admin: AdminClient, names: list[str], timeout: float = 10.0
 ) -> dict[str, TopicState]:
@@ -199,23 +200,39 @@ def read_topic_states(
             name, len(topic.partitions), max(replicas, default=0), brokers=brokers
         )
         present.append(name)
-    if present:
-        resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in present]
-        for resource, future in admin.describe_configs(resources).items():
-            try:
-                entries = future.result(timeout=timeout)
-            except KafkaException as exc:
-                if is_authorization_failure(exc.args[0]):
-                    raise NotAuthorizedError(
-                        "DESCRIBE_CONFIGS", f"topic {resource.name!r}"
-                    ) from None
-                raise
-            shown = {k: entries[k].value for k in SHOWN_CONFIGS if k in entries}
-            old = states[resource.name]
-            states[resource.name] = TopicState(
-                old.name, old.partitions, old.replication_factor, shown, brokers
-            )
+    for name, shown in _shown_configs(admin, present, timeout).items():
+        old = states[name]
+        states[name] = TopicState(old.name, old.partitions, old.replication_factor, shown, brokers)
     return states
+
+
+def _shown_configs(
+    admin: AdminClient, names: list[str], timeout: float
+) -> dict[str, dict[str, str]]:
+    """The :data:`SHOWN_CONFIGS` of existing topics.
+
+    On a cluster, a topic just created can be in one broker's metadata while the
+    broker asked for its configs does not know it yet: that is "not ready"
+    (asked again), not an error.
+    """
+    if not names:
+        return {}
+    resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in names]
+    shown: dict[str, dict[str, str]] = {}
+    for resource, future in admin.describe_configs(resources).items():
+        try:
+            entries = future.result(timeout=timeout)
+        except KafkaException as exc:
+            error = exc.args[0]
+            if is_authorization_failure(error):
+                raise NotAuthorizedError("DESCRIBE_CONFIGS", f"topic {resource.name!r}") from None
+            if isinstance(error, KafkaError) and error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise KafkaUnavailableError(
+                    f"topic {resource.name} is not ready: a broker does not know it yet"
+                ) from None
+            raise
+        shown[resource.name] = {k: entries[k].value for k in SHOWN_CONFIGS if k in entries}
+    return shown
 
 
 def _check_partition_counts(specs: list[TopicSpec], states: dict[str, TopicState]) -> None:
@@ -353,7 +370,7 @@ def _wait_until_visible(
     metadata for some milliseconds; checking it then would miss a mismatch.
     """
     for attempt in Retrying(
-        retry=retry_if_exception_type(_NotVisibleYet),
+        retry=retry_if_exception_type((_NotVisibleYet, KafkaUnavailableError)),
         stop=stop_after_delay(timeout),
         wait=wait_fixed(0.1),
         reraise=True,
