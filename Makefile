@@ -31,11 +31,13 @@ demo: kafka-jars spark-jars
 	$(BIN)/outbox demo
 
 # The pipeline under seeded faults; `make chaos SEED=N` reproduces a run,
-# `make chaos SINK=delta` lands the events in a Delta table.
+# `make chaos SINK=delta` lands the events in a Delta table, `make chaos BROKERS=3`
+# runs Kafka as a three-node cluster (rolling restart, leader and coordinator kills).
 SEED ?= 1
 SINK ?= parquet
+BROKERS ?= 1
 chaos: kafka-jars spark-jars
-	$(BIN)/outbox chaos --seed $(SEED) --sink-format $(SINK)
+	$(BIN)/outbox chaos --seed $(SEED) --sink-format $(SINK) --brokers $(BROKERS)
 
 # Every benchmark on one local broker: one table, bench/results/all.json.
 bench: kafka-jars spark-jars

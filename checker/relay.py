@@ -86,6 +86,12 @@ def relay_group(checker_group: str) -> str:
     return f"{checker_group}.relay"
 
 
+def relay_transactional_id(checker_group: str, instance: str) -> str:
+    """A replica's relay ``transactional.id``: the same across its restarts, so a new
+    incarnation fences the old one's open transaction (and names its coordinator)."""
+    return f"{relay_group(checker_group)}.{instance}"
+
+
 @dataclass
 class BatchReport:
     """What one relay transaction did."""
@@ -142,6 +148,8 @@ class Relay:
         self._memories: dict[int, DecisionMemory] = {}
         self._relayed: dict[int, int] = {}
         """Per owned op partition, the offset after the last decision relayed and committed."""
+        self._unrestored: set[int] = set()
+        """Owned op partitions not yet put back at their committed offset: their records wait."""
         self._in_transaction = False
         self._batch_topics: list[str] = []
         """Topics the transaction under way writes: what a refused WRITE names."""
@@ -234,8 +242,8 @@ class Relay:
 
     @property
     def partitions(self) -> list[int]:
-        """Op partitions this replica relays now."""
-        return sorted(self._memories)
+        """Op partitions this replica relays now (or will, once it could read where to resume)."""
+        return sorted({*self._memories, *self._unrestored})
 
     # ----------------------------------------------------------- membership
 
@@ -263,7 +271,13 @@ class Relay:
             return  # a replaced consumer's last word
         starts = []
         for tp in partitions:
-            position = self._restore(tp.partition)
+            try:
+                position = self._restore(tp.partition)
+            except KafkaException as exc:
+                log.warning("relay cannot resume op partition %d yet: %s", tp.partition, exc)
+                self._unrestored.add(tp.partition)
+                starts.append(TopicPartition(self._topics.op, tp.partition))
+                continue
             starts.append(TopicPartition(self._topics.op, tp.partition, position))
         consumer.incremental_assign(starts)
         log.info("relaying op partitions %s", sorted(tp.partition for tp in partitions))
@@ -275,6 +289,7 @@ class Relay:
             self._memories.pop(tp.partition, None)
             self._halves.forget(tp.partition)
             self._relayed.pop(tp.partition, None)
+            self._unrestored.discard(tp.partition)
             with suppress(KeyError):  # not reported yet; older prometheus clients raise then
                 metrics.RELAY_LAG.remove(str(tp.partition))  # another replica reports it now
         consumer.incremental_unassign(partitions)
@@ -323,7 +338,16 @@ class Relay:
         return position
 
     def _rewind(self) -> None:
-        """After a failed batch: abort, then resume every partition from what Kafka committed."""
+        """After a failed batch: abort, then resume every partition from what Kafka committed.
+
+        The consumer stands past the aborted batch. Until a partition is put back
+        at its committed offset its records are not relayed: relaying on from
+        where it stands would commit offsets beyond decisions never published.
+        Reading the committed offset fails while the group's coordinator moves;
+        such a partition is put back before a later batch (:meth:`_resume`).
+        """
+        for partition in list(self._memories):
+            self._stand_aside(partition)
         try:
             if self._in_transaction:
                 self._producer.abort_transaction(self._settings.timeout)
@@ -336,12 +360,25 @@ class Relay:
             except KafkaUnavailableError as again:
                 log.warning("relay producer not ready yet: %s", again)
                 return
-        for partition in list(self._memories):
+        self._resume()
+
+    def _stand_aside(self, partition: int) -> None:
+        """Relay nothing of ``partition`` until :meth:`_resume` puts it back."""
+        self._memories.pop(partition, None)
+        self._relayed.pop(partition, None)
+        self._unrestored.add(partition)
+
+    def _resume(self) -> None:
+        """Put each partition standing aside back at its committed offset, where it can be read."""
+        for partition in sorted(self._unrestored):
             try:
                 position = self._restore(partition)
                 self._consumer.seek(TopicPartition(self._topics.op, partition, position))
             except KafkaException as exc:
+                self._stand_aside(partition)
                 log.warning("relay cannot resume op partition %d yet: %s", partition, exc)
+                continue
+            self._unrestored.discard(partition)
 
     def _new_producer(self) -> Producer:
         producer = Producer(self._producer_config)
@@ -356,6 +393,8 @@ class Relay:
 
     def pump(self, timeout: float) -> BatchReport:
         """Relay one batch of decisions (waiting up to ``timeout`` for the first)."""
+        if self._unrestored:
+            self._resume()
         first = self._consumer.poll(timeout)
         if first is None:
             self._idle(time.monotonic())
@@ -409,6 +448,7 @@ class Relay:
             self._halves.forget(partition)
         self._memories.clear()
         self._relayed.clear()
+        self._unrestored.clear()
         close_in_background(old)
 
     def _undelivered(self) -> list[int]:

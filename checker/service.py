@@ -25,7 +25,7 @@ from tenacity import Retrying, retry_if_exception_type, wait_exponential
 from checker import metrics
 from checker.ended import EndedTransactions
 from checker.kafka_reader import KafkaPartitionReader, TopicCursor
-from checker.relay import Relay, RelaySettings, relay_group
+from checker.relay import Relay, RelaySettings, relay_group, relay_transactional_id
 from checker.round_writer import FencedError, RoundWriter, decode_checkpoint
 from checker.rules import RoundRules, iter_round
 from checker.settings import CheckerSettings
@@ -260,7 +260,7 @@ class Checker:
                 settings.client_config(),
                 self.topics,
                 group_id=relay_group(settings.group_id),
-                transactional_id=f"{settings.group_id}.relay.{self._instance}",
+                transactional_id=relay_transactional_id(settings.group_id, self._instance),
                 settings=RelaySettings(
                     batch=settings.relay_batch,
                     memory=settings.relay_memory,

@@ -169,6 +169,7 @@ def _look_up_one(admin: AdminClient, name: str, timeout: float) -> Any:
     return topic
 
 
+@_transient
 def read_topic_states(
     admin: AdminClient, names: list[str], timeout: float = 10.0
 ) -> dict[str, TopicState]:
@@ -198,20 +199,38 @@ def read_topic_states(
             name, len(topic.partitions), max(replicas, default=0), brokers=brokers
         )
         present.append(name)
-    if present:
-        resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in present]
-        for resource, future in admin.describe_configs(resources).items():
-            try:
-                entries = future.result(timeout=timeout)
-            except KafkaException as exc:
-                raise_if_configs_refused(resource.name, exc)
-                raise
-            shown = {k: entries[k].value for k in SHOWN_CONFIGS if k in entries}
-            old = states[resource.name]
-            states[resource.name] = TopicState(
-                old.name, old.partitions, old.replication_factor, shown, brokers
-            )
+    for name, shown in _shown_configs(admin, present, timeout).items():
+        old = states[name]
+        states[name] = TopicState(old.name, old.partitions, old.replication_factor, shown, brokers)
     return states
+
+
+def _shown_configs(
+    admin: AdminClient, names: list[str], timeout: float
+) -> dict[str, dict[str, str]]:
+    """The :data:`SHOWN_CONFIGS` of existing topics.
+
+    On a cluster, a topic just created can be in one broker's metadata while the
+    broker asked for its configs does not know it yet: that is "not ready"
+    (asked again), not an error.
+    """
+    if not names:
+        return {}
+    resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in names]
+    shown: dict[str, dict[str, str]] = {}
+    for resource, future in admin.describe_configs(resources).items():
+        try:
+            entries = future.result(timeout=timeout)
+        except KafkaException as exc:
+            raise_if_configs_refused(resource.name, exc)
+            error = exc.args[0]
+            if isinstance(error, KafkaError) and error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise KafkaUnavailableError(
+                    f"topic {resource.name} is not ready: a broker does not know it yet"
+                ) from None
+            raise
+        shown[resource.name] = {k: entries[k].value for k in SHOWN_CONFIGS if k in entries}
+    return shown
 
 
 def _check_partition_counts(specs: list[TopicSpec], states: dict[str, TopicState]) -> None:
@@ -349,7 +368,7 @@ def _wait_until_visible(
     metadata for some milliseconds; checking it then would miss a mismatch.
     """
     for attempt in Retrying(
-        retry=retry_if_exception_type(_NotVisibleYet),
+        retry=retry_if_exception_type((_NotVisibleYet, KafkaUnavailableError)),
         stop=stop_after_delay(timeout),
         wait=wait_fixed(0.1),
         reraise=True,

@@ -46,6 +46,8 @@ DEFAULT_START_TIMEOUT = 90.0
 DEFAULT_STOP_GRACE = 30.0
 TRANSACTION_STATE_PARTITIONS = 4
 """``transaction.state.log.num.partitions`` of every local broker (the default 50 slows starts)."""
+OFFSETS_PARTITIONS = 4
+"""``offsets.topic.num.partitions`` of every local broker."""
 CLUSTER_NODE_COUNTS = range(3, 6)
 """Node counts a :class:`LocalKafkaCluster` accepts; one node is :class:`LocalKafka` itself."""
 _BROKER_JAR_GLOB = f"kafka_{SCALA_VERSION}-*.jar"
@@ -215,7 +217,7 @@ def replication_properties(replicas: int) -> dict[str, str]:
         "default.replication.factor": str(copies),
         "min.insync.replicas": min_isr,
         "offsets.topic.replication.factor": str(copies),
-        "offsets.topic.num.partitions": "4",
+        "offsets.topic.num.partitions": str(OFFSETS_PARTITIONS),
         "transaction.state.log.replication.factor": str(copies),
         "transaction.state.log.min.isr": min_isr,
         "transaction.state.log.num.partitions": str(TRANSACTION_STATE_PARTITIONS),
@@ -450,6 +452,14 @@ class LocalKafka:
             self.bootstrap_servers, timeout=1.0, client=self._probe_client()
         )
 
+    def ready_steps(self) -> Iterator[None]:
+        """:meth:`await_ready` a step at a time, for a caller that must keep ticking."""
+        began = time.monotonic()
+        while not self.answers():
+            if not self.is_running() or time.monotonic() - began > self.start_timeout:
+                self._fail_start()
+            yield
+
     def await_ready(self, began: float) -> None:
         """Block until the launched node answers; a JVM that exits or hangs is an error."""
         ready = wait_for_broker(
@@ -583,13 +593,14 @@ def java_string_hash(text: str) -> int:
     return value - (1 << 32) if value & 0x80000000 else value
 
 
-def transaction_state_partition(transactional_id: str, partitions: int) -> int:
-    """The ``__transaction_state`` partition whose leader coordinates ``transactional_id``.
+def coordinator_partition(key: str, partitions: int) -> int:
+    """The internal-topic partition whose leader coordinates ``key``: a transactional id in
+    ``__transaction_state``, a consumer group in ``__consumer_offsets``.
 
     Kafka's ``Utils.abs`` maps ``Integer.MIN_VALUE`` to 0 (``Math.abs`` would
     keep it negative), then takes the remainder by the partition count.
     """
-    value = java_string_hash(transactional_id)
+    value = java_string_hash(key)
     return (0 if value == -(1 << 31) else abs(value)) % partitions
 
 
@@ -800,8 +811,17 @@ class LocalKafkaCluster:
         That is the leader of the ``__transaction_state`` partition the id hashes
         to; the topic exists once a first transactional producer initialised.
         """
-        partition = transaction_state_partition(transactional_id, TRANSACTION_STATE_PARTITIONS)
+        partition = coordinator_partition(transactional_id, TRANSACTION_STATE_PARTITIONS)
         return self.leader_of("__transaction_state", partition)
+
+    def group_coordinator_of(self, group_id: str) -> LocalKafka:
+        """The node whose group coordinator serves consumer group ``group_id``.
+
+        The leader of the ``__consumer_offsets`` partition the group hashes to;
+        the topic exists once a first group committed or joined.
+        """
+        partition = coordinator_partition(group_id, OFFSETS_PARTITIONS)
+        return self.leader_of("__consumer_offsets", partition)
 
     def under_replicated(self) -> list[str]:
         """Partitions (internal ones too) whose in-sync replicas are not all their replicas.
@@ -874,11 +894,7 @@ class LocalKafkaCluster:
             node.stop(grace_seconds)
             node.prepare()
             node.launch()
-            began = time.monotonic()
-            while not node.answers():
-                if not node.is_running() or time.monotonic() - began > node.start_timeout:
-                    node._fail_start()
-                yield ""
+            yield from ("" for _ in node.ready_steps())
             yield from ("" for _ in self.in_sync_steps())
 
     def rolling_restart(self, grace_seconds: float = DEFAULT_STOP_GRACE) -> None:

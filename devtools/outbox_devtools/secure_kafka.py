@@ -21,6 +21,7 @@ certificate principals as super users instead.
 from __future__ import annotations
 
 import secrets
+import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +42,11 @@ class CertificateError(RuntimeError):
 
 
 def _openssl(*args: str) -> None:
+    if shutil.which("openssl") is None:
+        raise CertificateError(
+            "the secure broker makes its certificates with openssl, which is not on PATH:"
+            " install it (Debian: apt-get install openssl)"
+        )
     result = subprocess.run(
         ["openssl", *args], capture_output=True, text=True, timeout=60, check=False
     )

@@ -6,11 +6,12 @@ from confluent_kafka.admin import NewTopic
 from outbox.admin import (
     HALF_RETENTION_MS,
     TopicSpec,
+    _shown_configs,
     ensure_topics,
     plan_topics,
     read_topic_states,
 )
-from outbox.errors import TopicAdminError, TopicMismatchError
+from outbox.errors import KafkaUnavailableError, TopicAdminError, TopicMismatchError
 from outbox.protocol import TopicNames
 
 pytestmark = pytest.mark.kafka
@@ -95,3 +96,10 @@ def test_more_replicas_than_brokers_names_both_and_creates_nothing(kafka_admin, 
     assert "replication factor 3 needs at least 3 brokers, but the cluster has 1" in str(info.value)
     assert topics.half in str(info.value)
     assert not read_topic_states(kafka_admin, [topics.half])[topics.half].exists
+
+
+def test_configs_of_a_topic_a_broker_does_not_know_yet_are_not_ready(kafka_admin, unique_prefix):
+    """On a cluster the broker asked for configs can lag the metadata that listed the topic:
+    ensure_topics asks again instead of failing the creation."""
+    with pytest.raises(KafkaUnavailableError, match="is not ready: a broker does not know it"):
+        _shown_configs(kafka_admin, [f"{unique_prefix}.nowhere"], timeout=10)

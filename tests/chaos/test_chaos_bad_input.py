@@ -29,6 +29,11 @@ def _chaos(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
         (["--broker-freezes=-1"], "OUTBOX_CHAOS_BROKER_FREEZES"),
         (["--checker-freezes=-1"], "OUTBOX_CHAOS_CHECKER_FREEZES"),
         (["--sink-format=iceberg"], "OUTBOX_CHAOS_SINK_FORMAT"),
+        (["--brokers=2"], "OUTBOX_CHAOS_BROKERS"),
+        (["--brokers=0"], "OUTBOX_CHAOS_BROKERS"),
+        (["--rolling-restarts=-1"], "OUTBOX_CHAOS_ROLLING_RESTARTS"),
+        (["--half-leader-kills=-1"], "OUTBOX_CHAOS_HALF_LEADER_KILLS"),
+        (["--coordinator-kills=-1"], "OUTBOX_CHAOS_COORDINATOR_KILLS"),
     ],
 )
 def test_out_of_range_values_are_one_error_naming_the_setting(args, named):
@@ -58,3 +63,11 @@ def test_a_fault_count_that_is_not_a_number_is_refused_from_the_environment(vari
     result = _chaos(env={**os.environ, variable: "once"})
     assert result.returncode == 2
     assert variable in result.stderr
+
+
+def test_two_brokers_are_refused_with_the_reason():
+    result = _chaos("--brokers=2")
+    assert result.returncode == 1
+    assert "1 node or a cluster of 3 to 5, not 2" in result.stderr
+    assert "two voters lose their quorum" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr

@@ -5,7 +5,9 @@ same controller with fewer transactions and one fault of each kind, so that
 ``make test`` proves on every change that a producer (also one caught answering a
 check-back), a checker replica, every checker replica at once and the broker can
 die mid-transaction, and the broker and a checker can freeze (SIGSTOP) for 10-20 s,
-without losing or inventing an event.
+without losing or inventing an event. The check-back run does it on a three-node
+cluster, which adds a rolling restart of every node and kills of a half
+partition's leader and of a relay's transaction coordinator.
 """
 
 import re
@@ -18,22 +20,34 @@ pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 
 SEED = 1
 """Its plan: kill -9 a producer answering a check (armed at 7%), a producer at 16%, a checker
-at 45%, all checkers at 66% (down 10 s), the broker (kill -9) at 68%."""
+at 45%, all checkers at 66% (down 10 s), the broker (kill -9) at 68%. On three nodes the broker
+faults strike node 1, and the cluster's own come first: a rolling restart at 7% (the broker
+faults after it wait until it is over), the leader of half partition 3 at 48%, the relay
+coordinator of checker #0 at 83%."""
+SINGLE_BROKER_FAULTS = ("kill -9 broker", "freeze broker")
+CLUSTER_FAULTS = (
+    "kill -9 node 1",
+    "freeze node 1",
+    "rolling restart of every node",
+    "(leader of chaos.half[3])",
+    "(coordinator of chaos.checker.relay.checker-0)",
+)
 
 
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize(
-    ("answers", "sink_format"),
-    [("producers", "parquet"), ("database", "delta")],
-    ids=["check-back", "resolve-from-db-delta-sink"],
+    ("answers", "sink_format", "brokers"),
+    [("producers", "parquet", 3), ("database", "delta", 1)],
+    ids=["check-back-three-brokers", "resolve-from-db-delta-sink"],
 )
 def test_a_short_chaos_run_loses_nothing_and_shows_nothing_rolled_back(
-    tmp_path, answers, sink_format
+    tmp_path, answers, sink_format, brokers
 ):
-    """Once with the producers answering the checks into a Parquet table; once with the
-    checker reading the log and the sink writing a Delta table (idempotent batches, MERGE
-    de-duplication). Two runs, not four: the suite's time is short, and the two choices
-    are independent (`make chaos SINK=delta` runs the full size with the producers)."""
+    """Once with the producers answering the checks into a Parquet table on a three-node
+    cluster; once with the checker reading the log and the sink writing a Delta table
+    (idempotent batches, MERGE de-duplication) on one broker. Two runs, not four or six:
+    the suite's time is short, and the choices are independent (`make chaos SINK=delta`,
+    `make chaos BROKERS=3` run the full size)."""
     result = subprocess.run(
         [
             sys.executable,
@@ -49,6 +63,7 @@ def test_a_short_chaos_run_loses_nothing_and_shows_nothing_rolled_back(
             f"--work-dir={tmp_path}",
             "--resolve-from-db" if answers == "database" else "--no-resolve-from-db",
             f"--sink-format={sink_format}",
+            f"--brokers={brokers}",
         ],
         capture_output=True,
         text=True,
@@ -70,9 +85,8 @@ def test_a_short_chaos_run_loses_nothing_and_shows_nothing_rolled_back(
         "kill -9 producer 0",
         "kill -9 checker",
         "kill -9 all checkers",
-        "kill -9 broker",
-        "freeze broker",
         "freeze checker",
+        *(CLUSTER_FAULTS if brokers > 1 else SINGLE_BROKER_FAULTS),
     )
     for fault in faults:
         assert fault in output, f"the fault {fault!r} never fired"
@@ -85,7 +99,13 @@ def test_a_short_chaos_run_loses_nothing_and_shows_nothing_rolled_back(
         assert answered or "no check seen" in output, "the answering-producer fault never ran"
     else:
         assert not answered and "no check asked" in output
-    comebacks = re.findall(r"(producer \d+|checker \d+|all checkers|broker) back \(", output)
-    assert len(comebacks) == 6 + len(answered), (
+    comebacks = re.findall(
+        r"(producer \d+|checker \d+|all checkers|broker|node \d+[^\n]*?|every node) back \(",
+        output,
+    )
+    cluster_faults = 3 if brokers > 1 else 0
+    assert len(comebacks) == 6 + cluster_faults + len(answered), (
         f"every killed or frozen process must have come back: {comebacks}"
     )
+    stalls = re.findall(r"│ +(\d+\.\d)s │\n", output)
+    assert len(stalls) == len(comebacks), "each fault's publication stall is reported"

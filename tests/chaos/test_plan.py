@@ -75,3 +75,62 @@ def test_freezes_pause_the_broker_or_one_checker_for_10_to_20_seconds():
     assert checker[0].describe().startswith("freeze checker #")
     without = fault_plan(13, broker_restarts=2, **SIZES)
     assert without == [f for f in plan if not f.kind.freezes]
+
+
+CLUSTER = {"brokers": 3, "partitions": 4}
+
+
+def test_a_single_broker_plan_is_the_same_whatever_the_cluster_counts_say():
+    """Seeds 1-4 of the one-broker runs keep meaning the same faults."""
+    plan = fault_plan(1, broker_restarts=1, broker_freezes=1, **SIZES)
+    assert plan == fault_plan(
+        1,
+        broker_restarts=1,
+        broker_freezes=1,
+        rolling_restarts=1,
+        half_leader_kills=1,
+        coordinator_kills=1,
+        **SIZES,
+    )
+    assert all(f.target == 0 for f in plan if f.kind.hits_a_broker)
+
+
+def test_a_cluster_plan_adds_its_faults_and_strikes_seeded_nodes():
+    counts = {"rolling_restarts": 1, "half_leader_kills": 2, "coordinator_kills": 1}
+    plan = fault_plan(5, broker_restarts=2, broker_freezes=1, **SIZES, **CLUSTER, **counts)
+    assert plan == fault_plan(5, broker_restarts=2, broker_freezes=1, **SIZES, **CLUSTER, **counts)
+    kinds = [f.kind for f in plan]
+    assert kinds.count(FaultKind.ROLLING_RESTART) == 1
+    assert kinds.count(FaultKind.KILL_HALF_LEADER) == 2
+    assert kinds.count(FaultKind.KILL_RELAY_COORDINATOR) == 1
+    nodes = [f for f in plan if f.kind in (FaultKind.STOP_BROKER, FaultKind.KILL_BROKER)]
+    assert len(nodes) == 2 and all(1 <= f.target <= 3 for f in nodes)
+    assert all(0 <= f.target < 4 for f in plan if f.kind is FaultKind.KILL_HALF_LEADER)
+    assert all(0 <= f.target < 2 for f in plan if f.kind is FaultKind.KILL_RELAY_COORDINATOR)
+    shares = [f.at_share for f in plan]
+    assert shares == sorted(shares)
+    assert all(FIRST_FAULT_AT <= share <= LAST_FAULT_AT for share in shares)
+    single = fault_plan(5, broker_restarts=2, broker_freezes=1, **SIZES)
+    assert [(f.at_share, f.kind) for f in plan if f.kind.hits_a_broker is False] == [
+        (f.at_share, f.kind) for f in single if f.kind.hits_a_broker is False
+    ]
+
+
+def test_cluster_faults_say_whom_they_strike():
+    plan = fault_plan(
+        6,
+        broker_restarts=1,
+        broker_freezes=1,
+        rolling_restarts=1,
+        half_leader_kills=1,
+        coordinator_kills=1,
+        **SIZES,
+        **CLUSTER,
+    )
+    described = {f.kind: f.describe() for f in plan}
+    assert described[FaultKind.ROLLING_RESTART] == "rolling restart of every node"
+    assert described[FaultKind.KILL_HALF_LEADER].startswith("kill -9 half leader of partition ")
+    assert described[FaultKind.KILL_RELAY_COORDINATOR].startswith(
+        "kill -9 relay coordinator of checker #"
+    )
+    assert described[FaultKind.FREEZE_BROKER].startswith("freeze broker node ")

@@ -3,7 +3,7 @@
 from collections import Counter
 
 from outbox.protocol import OpRecord, Resolution
-from outbox_devtools.chaos.verdict import TopicState, duplicate_causes, judge
+from outbox_devtools.chaos.verdict import TopicState, duplicate_causes, judge, longest_gap_seconds
 
 
 def _op(
@@ -85,3 +85,24 @@ def test_a_duplicate_from_two_committed_halves_of_one_transaction_names_both():
     assert duplicate_causes(state) == Counter(
         {"halves 0:0, 2:3 of one transaction each committed": 2}
     )
+
+
+def test_the_stall_is_the_longest_publication_gap_overlapping_the_fault():
+    published_ms = [1_000, 2_000, 9_000, 9_500, 20_000, 20_200]
+    # A fault from 3 s to 8 s: the gap 2 s -> 9 s covers it.
+    assert longest_gap_seconds(published_ms, 3.0, 8.0) == 7.0
+    # A fault from 9.2 s to 10 s: the gap 9.5 s -> 20 s overlaps it; 2 -> 9 does not.
+    assert longest_gap_seconds(published_ms, 9.2, 10.0) == 10.5
+    # A fault where records kept flowing at 100 ms intervals.
+    steady = list(range(0, 10_000, 100))
+    assert round(longest_gap_seconds(steady, 2.0, 5.0), 6) == 0.1
+    # Nothing published after the fault started: the stall runs to the fault's end.
+    assert longest_gap_seconds([1_000], 3.0, 8.0) == 5.0
+    assert longest_gap_seconds([], 3.0, 8.0) == 0.0
+
+
+def test_the_lost_say_whether_the_relay_or_the_sink_dropped_them():
+    state = TopicState(transactions={"a", "b", "c"}, real=Counter({"a": 1, "b": 1}))
+    verdict = judge(1, {"a", "b", "c"}, state, Counter({"a": 1}))
+    assert (verdict.lost, verdict.unpublished) == (2, 1)
+    assert "1 of the lost are not on the real topic either" in verdict.failures

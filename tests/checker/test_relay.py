@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from prometheus_client import REGISTRY
 
 from checker.relay import BatchReport, Relay, RelaySettings
@@ -350,3 +350,56 @@ def transactional_producer(topics: OutboxTopics) -> Iterator[Producer]:
     producer.begin_transaction()
     yield producer
     producer.commit_transaction(30)
+
+
+def test_a_partition_the_relay_could_not_rewind_does_not_skip_its_failed_batch(
+    outbox_topics: OutboxTopics,
+):
+    """After a failed batch the relay rewinds each op partition to its committed offset. While
+    the group coordinator moves, reading that offset fails (NOT_COORDINATOR); a partition left
+    so stands past the aborted batch, and relaying on from there commits offsets beyond a
+    decision never published. A three-broker chaos run lost a commit that way. Here the batch
+    fails for real (the relay's producer is fenced); the rewind's read is made to fail once."""
+    t = outbox_topics
+    transactional_id = f"{t.names.prefix}.relay.rewind"
+
+    class RewindFails(Relay):
+        failing = False
+
+        def _restore(self, partition: int) -> int:
+            if RewindFails.failing:
+                raise KafkaException(KafkaError(KafkaError.NOT_COORDINATOR))
+            return super()._restore(partition)
+
+    relay = RewindFails(
+        t.client_config,
+        t.names,
+        group_id=f"{t.names.prefix}.relay",
+        transactional_id=transactional_id,
+        settings=RelaySettings(batch=100, timeout=5.0),
+    )
+    try:
+        wait_for(lambda: relay.pump(0.2) is not None and len(relay.partitions) == 3, what="owns")
+        lost = pending_half(t, f"rewound-{uuid.uuid4().hex[:6]}")
+        decide(t, lost, write_half(t, lost), COMMIT)
+        zombie_killer = Producer({**t.client_config, "transactional.id": transactional_id})
+        zombie_killer.init_transactions(30)  # fences the relay's producer
+        del zombie_killer
+        failed = False
+        deadline = time.monotonic() + 30
+        while not failed and time.monotonic() < deadline:
+            try:
+                relay.pump(0.2)
+            except KafkaException:
+                failed = True
+        assert failed, "the fenced batch did not fail"
+        RewindFails.failing = True
+        relay._rewind()  # what run() does after a failed batch
+        RewindFails.failing = False
+        later = pending_half(t, f"later-{uuid.uuid4().hex[:6]}")
+        decide(t, later, write_half(t, later), COMMIT)
+        drain(relay)
+    finally:
+        RewindFails.failing = False
+        relay.close()
+    assert published(t) == Counter({lost.transaction_id: 1, later.transaction_id: 1})

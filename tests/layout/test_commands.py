@@ -20,6 +20,7 @@ from outbox_cli import COMMANDS_GROUP, build_app
 EVERY_COMMAND = {
     ("topics", "create"),
     ("topics", "describe"),
+    ("acls", "print"),
     ("db", "upgrade"),
     ("db", "downgrade"),
     ("db", "current"),

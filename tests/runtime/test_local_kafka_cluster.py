@@ -7,7 +7,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from outbox_devtools import processes
@@ -15,10 +15,10 @@ from outbox_devtools.kafka import (
     KafkaRuntimeError,
     LocalKafka,
     LocalKafkaCluster,
+    coordinator_partition,
     java_string_hash,
-    transaction_state_partition,
 )
-from tests.runtime.test_local_kafka import consume
+from tests.runtime.test_local_kafka import consume, produce
 
 pytestmark = pytest.mark.kafka
 
@@ -110,8 +110,8 @@ def test_transactional_ids_hash_like_java_strings() -> None:
     assert java_string_hash("\U0001f600") == 0xD83D * 31 + 0xDE00  # a surrogate pair
     assert java_string_hash("polygenelubricants") == -(2**31)
     # Kafka's Utils.abs maps Integer.MIN_VALUE to 0 (Math.abs would leave it negative).
-    assert transaction_state_partition("polygenelubricants", 4) == 0
-    assert transaction_state_partition("hello", 4) == 99162322 % 4
+    assert coordinator_partition("polygenelubricants", 4) == 0
+    assert coordinator_partition("hello", 4) == 99162322 % 4
 
 
 # --------------------------------------------------------------- the cluster
@@ -133,6 +133,34 @@ def test_the_predicted_coordinator_is_the_one_that_serves_the_id(
         line = f"Initialized transactionalId {transactional_id} with"
         serving = [n.node_id for n in kafka_cluster.nodes if line in n.log_path.read_text()]
         assert serving == [coordinator.node_id], transactional_id
+
+
+def test_the_predicted_group_coordinator_is_the_one_that_serves_the_group(
+    kafka_cluster: LocalKafkaCluster,
+) -> None:
+    """Each broker logs the members joining the groups it coordinates."""
+    topic = f"t{uuid.uuid4().hex[:8]}"
+    create_replicated_topic(kafka_cluster.bootstrap_servers, topic)
+    produce(kafka_cluster.bootstrap_servers, topic, b"x")
+    groups = [f"{topic}-group-{n}" for n in range(6)]
+    for group in groups:
+        consumer = Consumer(
+            {
+                "bootstrap.servers": kafka_cluster.bootstrap_servers,
+                "group.id": group,
+                "auto.offset.reset": "earliest",
+            }
+        )
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + 60
+        while consumer.poll(0.5) is None:
+            assert time.monotonic() < deadline, f"{group} got no record"
+        consumer.close()
+    for group in groups:
+        coordinator = kafka_cluster.group_coordinator_of(group)
+        line = f"joins group {group} in"
+        serving = [n.node_id for n in kafka_cluster.nodes if line in n.log_path.read_text()]
+        assert serving == [coordinator.node_id], group
 
 
 def test_transactions_go_on_when_the_leader_and_the_coordinator_are_killed(

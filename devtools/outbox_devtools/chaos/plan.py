@@ -10,7 +10,7 @@ comes from the same seeded generator.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 FIRST_FAULT_AT = 0.05
@@ -31,13 +31,26 @@ class FaultKind(StrEnum):
     """SIGSTOP, then SIGCONT: connections stay open and silent (a stalled VM, a long GC)."""
     FREEZE_CHECKER = "freeze checker"
     """A checker replica stopped mid-work: its group and its open transactions time out."""
+    ROLLING_RESTART = "rolling restart"
+    """Cluster only: every node stopped and started in turn, each once the replicas are in sync."""
+    KILL_HALF_LEADER = "kill -9 half leader"
+    """Cluster only: the node leading a half partition (producers' sends fail over)."""
+    KILL_RELAY_COORDINATOR = "kill -9 relay coordinator"
+    """Cluster only: the node coordinating a checker replica's relay transactions."""
 
     @property
     def verb(self) -> str:
-        """What is done to the target: ``kill -9``, ``stop`` or ``freeze`` (SIGSTOP)."""
+        """What is done to the target: ``kill -9``, ``stop``, ``freeze`` (SIGSTOP), ``restart``."""
         if self in (FaultKind.FREEZE_BROKER, FaultKind.FREEZE_CHECKER):
             return "freeze"
+        if self is FaultKind.ROLLING_RESTART:
+            return "restart"
         return "stop" if self is FaultKind.STOP_BROKER else "kill -9"
+
+    @property
+    def hits_a_broker(self) -> bool:
+        """Takes a Kafka node down or pauses it: in a cluster, one at a time (see run.py)."""
+        return self in BROKER_KINDS
 
     @property
     def freezes(self) -> bool:
@@ -55,18 +68,43 @@ class FaultKind(StrEnum):
         )
 
 
+BROKER_KINDS = frozenset(
+    {
+        FaultKind.STOP_BROKER,
+        FaultKind.KILL_BROKER,
+        FaultKind.FREEZE_BROKER,
+        FaultKind.ROLLING_RESTART,
+        FaultKind.KILL_HALF_LEADER,
+        FaultKind.KILL_RELAY_COORDINATOR,
+    }
+)
+NODE_KINDS = (FaultKind.STOP_BROKER, FaultKind.KILL_BROKER, FaultKind.FREEZE_BROKER)
+"""The single-broker faults; in a cluster each strikes one seeded node."""
+
+
 @dataclass(frozen=True)
 class Fault:
     at_share: float
     """Fires once this share of the run's transactions has been sent."""
     kind: FaultKind
     target: int
-    """Producer or checker index; 0 for the broker and for all checkers."""
+    """Producer or checker index; 0 for all checkers and the single broker. In a cluster: the
+    node id of a stop, kill or freeze; the half partition whose leader is killed; the checker
+    replica whose relay's coordinator is killed."""
     down_seconds: float
     """How long the target stays down before the controller starts it again."""
 
     def describe(self) -> str:
-        target = f" #{self.target}" if self.kind.has_target else ""
+        if self.kind is FaultKind.ROLLING_RESTART:
+            return "rolling restart of every node"
+        if self.kind is FaultKind.KILL_HALF_LEADER:
+            target = f" of partition {self.target}"
+        elif self.kind is FaultKind.KILL_RELAY_COORDINATOR:
+            target = f" of checker #{self.target}"
+        elif self.kind in NODE_KINDS and self.target:
+            target = f" node {self.target}"
+        else:
+            target = f" #{self.target}" if self.kind.has_target else ""
         return f"{self.kind}{target}, down {self.down_seconds:.1f}s"
 
 
@@ -82,50 +120,53 @@ def fault_plan(
     checker_outages: int,
     broker_freezes: int = 0,
     checker_freezes: int = 0,
+    brokers: int = 1,
+    partitions: int = 1,
+    rolling_restarts: int = 0,
+    half_leader_kills: int = 0,
+    coordinator_kills: int = 0,
 ) -> list[Fault]:
     """The faults of one run, in firing order; the same arguments give the same plan.
 
     Kinds are drawn in a fixed order, newer kinds last, so adding a kind leaves
-    the earlier faults of a seed where they were.
+    the earlier faults of a seed where they were. The cluster's kinds (and the
+    node each single-broker fault strikes) are drawn only with ``brokers`` > 1.
     """
     rng = random.Random(seed)
 
-    def moment() -> float:
-        return round(rng.uniform(FIRST_FAULT_AT, LAST_FAULT_AT), 4)
+    def draw(
+        kind: FaultKind, count: int, targets: int, down: tuple[float, float] | None
+    ) -> list[Fault]:
+        """``count`` faults of ``kind``: a moment, a target (0 when ``targets`` is 0), a down
+        time (none: 0 s); drawn in this order, the order of the seeds quoted in tests."""
+        return [
+            Fault(
+                round(rng.uniform(FIRST_FAULT_AT, LAST_FAULT_AT), 4),
+                kind,
+                rng.randrange(targets) if targets else 0,
+                rng.uniform(*down) if down else 0.0,
+            )
+            for _ in range(count)
+        ]
 
-    faults = [
-        Fault(moment(), FaultKind.KILL_PRODUCER, rng.randrange(producers), rng.uniform(0.2, 3.0))
-        for _ in range(producer_kills)
-    ]
-    faults += [
-        Fault(moment(), FaultKind.KILL_CHECKER, rng.randrange(checkers), rng.uniform(0.5, 8.0))
-        for _ in range(checker_kills)
-    ]
+    faults = draw(FaultKind.KILL_PRODUCER, producer_kills, producers, (0.2, 3.0))
+    faults += draw(FaultKind.KILL_CHECKER, checker_kills, checkers, (0.5, 8.0))
     broker_kinds = (FaultKind.STOP_BROKER, FaultKind.KILL_BROKER)
     first_kind = rng.randrange(2)
-    faults += [
-        Fault(moment(), broker_kinds[(first_kind + n) % 2], 0, rng.uniform(1.0, 6.0))
-        for n in range(broker_restarts)
-    ]
-    faults += [
-        Fault(
-            moment(),
-            FaultKind.KILL_ANSWERING_PRODUCER,
-            rng.randrange(producers),
-            rng.uniform(0.2, 3.0),
-        )
-        for _ in range(answering_producer_kills)
-    ]
-    faults += [
-        Fault(moment(), FaultKind.KILL_ALL_CHECKERS, 0, rng.uniform(10.0, 20.0))
-        for _ in range(checker_outages)
-    ]
-    faults += [
-        Fault(moment(), FaultKind.FREEZE_BROKER, 0, rng.uniform(10.0, 20.0))
-        for _ in range(broker_freezes)
-    ]
-    faults += [
-        Fault(moment(), FaultKind.FREEZE_CHECKER, rng.randrange(checkers), rng.uniform(10.0, 20.0))
-        for _ in range(checker_freezes)
-    ]
+    for n in range(broker_restarts):
+        faults += draw(broker_kinds[(first_kind + n) % 2], 1, 0, (1.0, 6.0))
+    faults += draw(
+        FaultKind.KILL_ANSWERING_PRODUCER, answering_producer_kills, producers, (0.2, 3.0)
+    )
+    faults += draw(FaultKind.KILL_ALL_CHECKERS, checker_outages, 0, (10.0, 20.0))
+    faults += draw(FaultKind.FREEZE_BROKER, broker_freezes, 0, (10.0, 20.0))
+    faults += draw(FaultKind.FREEZE_CHECKER, checker_freezes, checkers, (10.0, 20.0))
+    if brokers > 1:
+        faults = [
+            replace(fault, target=rng.randrange(brokers) + 1) if fault.kind in NODE_KINDS else fault
+            for fault in faults
+        ]
+        faults += draw(FaultKind.ROLLING_RESTART, rolling_restarts, 0, None)
+        faults += draw(FaultKind.KILL_HALF_LEADER, half_leader_kills, partitions, (1.0, 6.0))
+        faults += draw(FaultKind.KILL_RELAY_COORDINATOR, coordinator_kills, checkers, (1.0, 6.0))
     return sorted(faults, key=lambda fault: fault.at_share)

@@ -127,7 +127,8 @@ class CheckerProcess:
 
     def __init__(self, index: int, env: Mapping[str, str], log_dir: Path) -> None:
         self.index = index
-        self.env = {**os.environ, **env, "OUTBOX_INSTANCE_ID": f"checker-{index}"}
+        self.instance_id = f"checker-{index}"
+        self.env = {**os.environ, **env, "OUTBOX_INSTANCE_ID": self.instance_id}
         self.log_dir = log_dir
         self.incarnation = 0
         self.process: subprocess.Popen[bytes] | None = None

@@ -2,9 +2,9 @@
 
 Phases, each shown as it runs:
 
-1. a local Kafka broker, a local PostgreSQL with the outbox migrations, the
-   topics, the checker replicas, the Spark sink (continuous) and the producer
-   processes;
+1. a local Kafka broker (or a cluster, ``--brokers 3``), a local PostgreSQL
+   with the outbox migrations, the topics, the checker replicas, the Spark sink
+   (continuous) and the producer processes;
 2. sending: the producers place orders while the faults of
    :func:`~outbox_devtools.chaos.plan.fault_plan` fire at their share of the run; a
    killed process comes back after its down time, as a supervisor would
@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import shutil
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from checker.relay import relay_transactional_id
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
 from outbox.config import kafka_client_config
 from outbox.errors import KafkaUnavailableError
@@ -43,20 +45,25 @@ from outbox.sql.log import transaction_log_table
 from outbox_devtools.chaos.plan import Fault, FaultKind, fault_plan
 from outbox_devtools.chaos.processes import CLIENT_TIMEOUTS, CheckerProcess, ProducerProcess
 from outbox_devtools.chaos.settings import ChaosSettings
-from outbox_devtools.chaos.verdict import Verdict, judge, read_topic_state
+from outbox_devtools.chaos.verdict import Verdict, judge, longest_gap_seconds, read_topic_state
 from outbox_devtools.chaos.worker import GROUP, ORDERS_TABLE, WorkerConfig
-from outbox_devtools.kafka import LocalKafka, ensure_kafka_jars
+from outbox_devtools.kafka import LocalKafka, LocalKafkaCluster, ensure_kafka_jars
 from outbox_devtools.postgres import LocalPostgres
 
 log = logging.getLogger(__name__)
 
 PREFIX = "chaos"
 REAL_TOPIC = "chaos.orders"
+CHECKER_GROUP = f"{PREFIX}.checker"
+"""Given to the checker replicas, so the controller can name their relays' transactional ids."""
 GRACE_SECONDS = 20.0
 """The SQL listener's grace: a half with no log row is rolled back once this old.
 The checker asks every CHECK_INTERVAL for CHECK_MAX rounds, well past it."""
 CHECK_INTERVAL_SECONDS = 2.0
 TICK_SECONDS = 0.2
+BROKER_FAULT_WAIT_SECONDS = 180.0
+"""How long a broker fault waits for the cluster to be whole and in sync before it is skipped
+(a run whose replicas never recover must end, and say so, rather than wait for ever)."""
 CHECK_WAIT_SECONDS = 120.0
 """How long an armed producer may take to receive a check-back before the fault gives up
 (recorded as ``no check seen``). A half is only checked once past the transaction timeout
@@ -76,12 +83,20 @@ class FaultEvent:
     restart_at: float
     processes: Sequence[ProducerProcess | CheckerProcess] = ()
     """The killed processes, started again when the down time is over."""
-    broker: bool = False
+    node: LocalKafka | None = None
+    """The Kafka node stopped, killed or frozen (the broker itself with one node)."""
     frozen: bool = False
     """Paused (SIGSTOP): resumed with SIGCONT when the down time is over, not restarted."""
+    steps: Iterator[str] | None = None
+    """A rolling restart under way, advanced a step per tick until it is over."""
     outcome: str | None = None
     """Set when the fault could not strike (nothing went down), e.g. ``no check seen``."""
     back_after: float | None = None
+    began_wall: float = field(default_factory=time.time)
+    ended_wall: float | None = None
+    """Epoch seconds of the fault and of its target's return, for the stall time."""
+    stall: float | None = None
+    """Longest pause in publication on the real topic overlapping the fault."""
 
 
 @dataclass
@@ -102,7 +117,7 @@ class ArmedCheck:
 class Cluster:
     """The broker, the checker replicas and the producer processes of one run."""
 
-    kafka: LocalKafka
+    kafka: LocalKafka | LocalKafkaCluster
     checkers: list[CheckerProcess]
     producers: list[ProducerProcess]
     events: list[FaultEvent] = field(default_factory=list)
@@ -117,6 +132,30 @@ class Cluster:
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
+
+    @property
+    def down(self) -> bool:
+        """A fault's target is not back yet: sending goes on, so every fault ends under load."""
+        return any(e.back_after is None and e.outcome is None for e in self.events)
+
+    def node(self, node_id: int) -> LocalKafka:
+        """The single broker, or node ``node_id`` of the cluster."""
+        if isinstance(self.kafka, LocalKafka):
+            return self.kafka
+        return self.kafka.node(node_id)
+
+    def ready_for(self, fault: Fault) -> bool:
+        """In a cluster, a broker fault waits until the last one is over and all are in sync.
+
+        Three nodes tolerate one down: a second fault on top would stop every
+        acks=all write (min.insync.replicas=2) and, with two controllers gone, the
+        quorum, a different experiment. One broker has no such choice to make.
+        """
+        if isinstance(self.kafka, LocalKafka) or not fault.kind.hits_a_broker:
+            return True
+        if any(e.back_after is None and (e.node or e.steps) for e in self.events):
+            return False
+        return self.kafka.is_running() and not self.kafka.under_replicated()
 
 
 def _step(console: Console, text: str) -> None:
@@ -150,6 +189,7 @@ def _checker_env(bootstrap: str, database_url: str | None) -> dict[str, str]:
     env = {
         "OUTBOX_BOOTSTRAP_SERVERS": bootstrap,
         "OUTBOX_TOPIC_PREFIX": PREFIX,
+        "OUTBOX_CONSUMER_GROUP": CHECKER_GROUP,
         "OUTBOX_CHECK_INTERVAL_SECONDS": str(CHECK_INTERVAL_SECONDS),
         "OUTBOX_KAFKA_TRANSACTION_TIMEOUT_MS": "10000",
         "OUTBOX_KAFKA_PROPERTIES": json.dumps(CLIENT_TIMEOUTS),
@@ -165,16 +205,8 @@ def _checker_env(bootstrap: str, database_url: str | None) -> dict[str, str]:
 
 
 def _fire(cluster: Cluster, fault: Fault, console: Console) -> None:
-    if fault.kind is FaultKind.FREEZE_BROKER:
-        cluster.kafka.freeze()
-        _record(cluster, fault, "broker", [], console, broker=True, frozen=True)
-        return
-    if fault.kind in (FaultKind.STOP_BROKER, FaultKind.KILL_BROKER):
-        if fault.kind is FaultKind.STOP_BROKER:
-            cluster.kafka.stop()
-        else:
-            cluster.kafka.kill()
-        _record(cluster, fault, "broker", [], console, broker=True)
+    if fault.kind.hits_a_broker:
+        _fire_at_kafka(cluster, fault, console)
         return
     if fault.kind is FaultKind.KILL_ALL_CHECKERS:
         if not any(checker.alive for checker in cluster.checkers):
@@ -216,6 +248,44 @@ def _fire(cluster: Cluster, fault: Fault, console: Console) -> None:
         return
     slots[target].kill()
     _record(cluster, fault, f"{role} {target}", [slots[target]], console)
+
+
+def _fire_at_kafka(cluster: Cluster, fault: Fault, console: Console) -> None:
+    """Stop, kill, freeze or restart a Kafka node; in a cluster the fault names which."""
+    kafka = cluster.kafka
+    if fault.kind is FaultKind.ROLLING_RESTART:
+        assert isinstance(kafka, LocalKafkaCluster)
+        event = FaultEvent(
+            fault, cluster.elapsed(), "every node", math.inf, steps=kafka.rolling_restart_steps()
+        )
+        cluster.events.append(event)
+        console.print(
+            f"    [red]{event.at_seconds:6.1f}s[/] rolling restart of every node at "
+            f"{cluster.sent} transactions",
+            highlight=False,
+        )
+        return
+    if fault.kind is FaultKind.KILL_HALF_LEADER:
+        assert isinstance(kafka, LocalKafkaCluster)
+        half = TopicNames(PREFIX).half
+        node = kafka.leader_of(half, fault.target)
+        name = f"node {node.node_id} (leader of {half}[{fault.target}])"
+    elif fault.kind is FaultKind.KILL_RELAY_COORDINATOR:
+        assert isinstance(kafka, LocalKafkaCluster)
+        checker = cluster.checkers[fault.target]
+        transactional_id = relay_transactional_id(CHECKER_GROUP, checker.instance_id)
+        node = kafka.transaction_coordinator_of(transactional_id)
+        name = f"node {node.node_id} (coordinator of {transactional_id})"
+    else:
+        node = cluster.node(fault.target)
+        name = "broker" if isinstance(kafka, LocalKafka) else f"node {node.node_id}"
+    if fault.kind is FaultKind.FREEZE_BROKER:
+        node.freeze()
+    elif fault.kind is FaultKind.STOP_BROKER:
+        node.stop()
+    else:
+        node.kill()
+    _record(cluster, fault, name, [], console, node=node, frozen=fault.kind.freezes)
 
 
 def _strike_armed(cluster: Cluster, console: Console) -> None:
@@ -268,13 +338,13 @@ def _record(
     processes: Sequence[ProducerProcess | CheckerProcess],
     console: Console,
     *,
-    broker: bool = False,
+    node: LocalKafka | None = None,
     frozen: bool = False,
     detail: str = "",
 ) -> None:
     """Log a fault that struck; its targets come back after its down time."""
     restart_at = time.monotonic() + fault.down_seconds
-    event = FaultEvent(fault, cluster.elapsed(), name, restart_at, processes, broker, frozen)
+    event = FaultEvent(fault, cluster.elapsed(), name, restart_at, processes, node, frozen)
     cluster.events.append(event)
     console.print(
         f"    [red]{event.at_seconds:6.1f}s[/] {fault.kind.verb} {name}{detail} at "
@@ -298,25 +368,40 @@ def _restart_due(cluster: Cluster, console: Console, *, all_now: bool = False) -
     for event in cluster.events:
         if event.back_after is not None or event.outcome is not None:
             continue
-        if now < event.restart_at and not all_now:
+        if event.steps is not None:
+            if not _advance_rolling_restart(event, console, to_the_end=all_now):
+                continue
+        elif now < event.restart_at and not all_now:
             continue
-        if event.frozen:
-            if event.broker:
-                cluster.kafka.thaw()
+        elif event.frozen:
+            if event.node is not None:
+                event.node.thaw()
             for process in event.processes:
                 process.thaw()
         else:
-            if event.broker:
-                cluster.kafka.start()
+            if event.node is not None:
+                event.node.start()
             for process in event.processes:
                 if not process.alive:
                     process.start()
-        event.back_after = time.monotonic() - (event.restart_at - event.fault.down_seconds)
+        event.ended_wall = time.time()
+        event.back_after = event.ended_wall - event.began_wall
         console.print(
             f"    [green]{cluster.elapsed():6.1f}s[/] {event.target} back "
             f"({event.back_after:.1f}s after the fault)",
             highlight=False,
         )
+
+
+def _advance_rolling_restart(event: FaultEvent, console: Console, *, to_the_end: bool) -> bool:
+    """One step of a rolling restart (every step when ``to_the_end``); True once it is over."""
+    assert event.steps is not None
+    for line in event.steps:
+        if line:
+            console.print(f"    [yellow]{event.fault.kind}[/]: {line}", highlight=False)
+        if not to_the_end:
+            return False
+    return True
 
 
 # ----------------------------------------------------------------- phases
@@ -330,6 +415,7 @@ def _send_with_faults(
     on_tick: Callable[[], None],
 ) -> None:
     queue = list(faults)
+    waiting: dict[Fault, float] = {}  # when each fault fell due (see Cluster.ready_for)
     columns = (
         TextColumn("    transactions"),
         BarColumn(),
@@ -338,9 +424,19 @@ def _send_with_faults(
     )
     with Progress(*columns, console=console) as progress:
         task = progress.add_task("sent", total=settings.transactions)
-        while cluster.sent < settings.transactions or queue or cluster.armed:
-            while queue and cluster.sent >= queue[0].at_share * settings.transactions:
-                _fire(cluster, queue.pop(0), console)
+        while cluster.sent < settings.transactions or queue or cluster.armed or cluster.down:
+            for fault in [f for f in queue if cluster.sent >= f.at_share * settings.transactions]:
+                due_since = waiting.setdefault(fault, time.monotonic())
+                if cluster.ready_for(fault):  # a waiting broker fault holds up no other kind
+                    queue.remove(fault)
+                    _fire(cluster, fault, console)
+                elif time.monotonic() - due_since > BROKER_FAULT_WAIT_SECONDS:
+                    queue.remove(fault)
+                    console.print(
+                        f"    [yellow]skipped[/] {fault.describe()}: the cluster was not whole and"
+                        f" in sync for {BROKER_FAULT_WAIT_SECONDS:.0f}s",
+                        highlight=False,
+                    )
             _strike_armed(cluster, console)
             _restart_due(cluster, console)
             on_tick()
@@ -457,6 +553,11 @@ def run(console: Console, settings: ChaosSettings) -> int:
         checker_outages=settings.checker_outages,
         broker_freezes=settings.broker_freezes,
         checker_freezes=settings.checker_freezes,
+        brokers=settings.brokers,
+        partitions=settings.partitions,
+        rolling_restarts=settings.rolling_restarts,
+        half_leader_kills=settings.half_leader_kills,
+        coordinator_kills=settings.coordinator_kills,
     )
     _step(console, f"seed {settings.seed}: {len(faults)} faults planned")
     for fault in faults:
@@ -475,17 +576,28 @@ def run(console: Console, settings: ChaosSettings) -> int:
     logs = work / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     console.print(f"    work dir {work} (logs in {logs})", highlight=False)
-    with LocalPostgres(database="chaos") as postgres, LocalKafka(work / "kafka") as kafka:
+    kafka_runtime = (
+        LocalKafka(work / "kafka")
+        if settings.brokers == 1
+        else LocalKafkaCluster(work / "kafka", nodes=settings.brokers)
+    )
+    with LocalPostgres(database="chaos") as postgres, kafka_runtime as kafka:
         bootstrap = kafka.bootstrap_servers
-        console.print(f"    Kafka {bootstrap}; PostgreSQL {postgres.url}", highlight=False)
+        console.print(
+            f"    Kafka {bootstrap} (started in {kafka.last_start_seconds:.1f}s); "
+            f"PostgreSQL {postgres.url}",
+            highlight=False,
+        )
         _prepare_database(postgres.url)
         names = TopicNames(PREFIX)
         resolve_url = postgres.url if settings.resolve_from_db else None
+        copies = min(3, settings.brokers)
+        real_config = {"min.insync.replicas": "2"} if copies > 1 else {}
         ensure_topics(
             AdminClient(kafka_client_config(bootstrap)),
             [
-                *plan_topics(names, settings.partitions, 1, (GROUP,)),
-                TopicSpec(REAL_TOPIC, settings.partitions, 1),
+                *plan_topics(names, settings.partitions, copies, (GROUP,)),
+                TopicSpec(REAL_TOPIC, settings.partitions, copies, real_config),
             ],
         )
         cluster = Cluster(
@@ -563,6 +675,11 @@ def _run_phases(
     _step(console, "waiting for the sink to land every committed order")
     rows = sink.wait_for(committed, settings.settle_seconds, console)
     state = read_topic_state(cluster.kafka.bootstrap_servers, TopicNames(PREFIX), (REAL_TOPIC,))
+    for event in cluster.events:
+        if event.ended_wall is not None:
+            event.stall = longest_gap_seconds(
+                state.real_timestamps_ms, event.began_wall, event.ended_wall
+            )
     return judge(settings.seed, committed, state, rows)
 
 
@@ -570,7 +687,7 @@ def _report(
     console: Console, verdict: Verdict, cluster: Cluster, sink: Sink, seconds: float
 ) -> None:
     faults = Table(title="faults injected")
-    for column in ("at", "fault", "target", "back after"):
+    for column in ("at", "fault", "target", "back after", "publication stalled"):
         faults.add_column(column, justify="right")
     for event in cluster.events:
         faults.add_row(
@@ -578,6 +695,7 @@ def _report(
             str(event.fault.kind),
             event.target,
             event.outcome or (f"{event.back_after:.1f}s" if event.back_after is not None else "-"),
+            f"{event.stall:.1f}s" if event.stall is not None else "-",
         )
     console.print(faults)
     table = Table(title=f"chaos run, seed {verdict.seed} ({seconds:.0f}s)")
@@ -589,6 +707,7 @@ def _report(
         ("rolled back (or never committed)", verdict.rolled_back),
         ("rows in the sink", verdict.sink_rows),
         ("lost (committed, not in the sink)", verdict.lost),
+        ("  of which not on the real topic", verdict.unpublished),
         ("phantom (visible, not committed)", verdict.phantom),
         ("duplicates in the sink", verdict.duplicates_in_sink),
         ("raw duplicates on the real topic", verdict.raw_duplicates),

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from outbox_devtools.kafka import KafkaRuntimeError, check_node_count
 
 
 class ChaosSettings(BaseSettings):
@@ -41,6 +43,29 @@ class ChaosSettings(BaseSettings):
     broker_freezes: int = Field(
         1, ge=0, description="SIGSTOPs of the broker for 10-20 s, then SIGCONT (nothing restarts)"
     )
+    brokers: int = Field(
+        1,
+        description="Kafka nodes: 1, or 3-5 for a cluster (three copies, min.insync.replicas=2)"
+        " where each broker stop, kill and freeze strikes one seeded node and the three"
+        " cluster faults below are added",
+    )
+    rolling_restarts: int = Field(
+        1,
+        ge=0,
+        description="with --brokers 3+: restarts of every node in turn, each once the"
+        " in-sync replicas are complete again",
+    )
+    half_leader_kills: int = Field(
+        1,
+        ge=0,
+        description="with --brokers 3+: SIGKILLs of the node leading a half partition, down 1-6 s",
+    )
+    coordinator_kills: int = Field(
+        1,
+        ge=0,
+        description="with --brokers 3+: SIGKILLs of the node coordinating a checker replica's"
+        " relay transactions, down 1-6 s",
+    )
     checker_freezes: int = Field(
         1, ge=0, description="SIGSTOPs of a checker replica for 10-20 s, then SIGCONT"
     )
@@ -68,3 +93,12 @@ class ChaosSettings(BaseSettings):
     work_dir: str | None = Field(
         None, description="where logs, the table and checkpoints go (default: a temp dir)"
     )
+
+    @field_validator("brokers")
+    @classmethod
+    def _node_count(cls, brokers: int) -> int:
+        try:
+            check_node_count(brokers)
+        except KafkaRuntimeError as exc:
+            raise ValueError(str(exc)) from None
+        return brokers

@@ -34,6 +34,8 @@ class TopicState:
     ops: list[OpRecord] = field(default_factory=list)
     discarded: set[str] = field(default_factory=set)
     real: Counter[str] = field(default_factory=Counter)
+    real_timestamps_ms: list[int] = field(default_factory=list)
+    """When each real record was published (the relay's produce time), for the stall times."""
 
     @property
     def decided(self) -> set[str]:
@@ -64,8 +66,33 @@ def read_topic_state(bootstrap: str, topics: TopicNames, real_topics: Iterable[s
             if transaction_id:
                 state.discarded.add(transaction_id)
     for topic in real_topics:
-        state.real.update(RealRecord.from_record(raw).transaction_id for raw in records(topic))
+        real = records(topic)
+        state.real.update(RealRecord.from_record(raw).transaction_id for raw in real)
+        state.real_timestamps_ms += [r.timestamp_ms for r in real if r.timestamp_ms is not None]
     return state
+
+
+def longest_gap_seconds(timestamps_ms: Iterable[int], start: float, end: float) -> float:
+    """The longest pause in publication that overlaps the window ``start``-``end`` (epoch s).
+
+    A fault's stall: between the last record published before (or during) the
+    fault and the next one, the real topic saw nothing. Gaps wholly outside the
+    window are someone else's; with nothing published after the window the
+    stall runs to its end.
+    """
+    times = sorted(t / 1000 for t in timestamps_ms)
+    longest = 0.0
+    previous = None
+    for moment in times:
+        if previous is not None and moment >= start and previous <= end:
+            longest = max(longest, moment - previous)
+        previous = moment
+        if moment > end:
+            break
+    else:
+        if previous is not None and previous <= end:
+            longest = max(longest, end - max(previous, start))
+    return longest
 
 
 def duplicate_causes(state: TopicState) -> Counter[str]:
@@ -109,6 +136,8 @@ class Verdict:
     discarded: int
     causes: Counter[str]
     sink_rows: int
+    unpublished: int = 0
+    """Of the lost: not on the real topic either (the relay's loss, not the sink's)."""
 
     @property
     def failures(self) -> list[str]:
@@ -119,6 +148,8 @@ class Verdict:
             "halves still pending": self.pending,
         }
         failures = [f"{count} {what}" for what, count in problems.items() if count]
+        if self.lost:
+            failures.append(f"{self.unpublished} of the lost are not on the real topic either")
         if self.raw_duplicates:
             causes = "; ".join(f"{cause}: {n}" for cause, n in self.causes.most_common())
             failures.append(f"{self.raw_duplicates} raw duplicates on the real topic ({causes})")
@@ -149,4 +180,5 @@ def judge(seed: int, committed_in_db: set[str], state: TopicState, sink: Counter
         discarded=len(state.discarded),
         causes=duplicate_causes(state),
         sink_rows=sum(sink.values()),
+        unpublished=len(committed_in_db - set(state.real)),
     )
