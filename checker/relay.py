@@ -117,6 +117,13 @@ class RelaySettings:
     silence_seconds: float = 10.0
     """Idle this long while its op partitions have undelivered decisions: the consumer is wedged."""
 
+    @property
+    def transaction_deadline(self) -> float:
+        """A batch's Kafka transaction still running this long is abandoned and its producer
+        fenced: three client calls' worth (produce, offsets, commit), each bounded by
+        ``timeout`` except where librdkafka fails to bound it."""
+        return self.timeout * 3
+
 
 class Relay:
     """One replica's relay; ``run()`` in a thread until ``stop()``, or ``pump()`` in tests."""
@@ -525,7 +532,7 @@ class Relay:
         try:
             call_with_deadline(
                 lambda: self._transact(producer, outgoing, offsets, group),
-                self._settings.timeout * 3,
+                self._settings.transaction_deadline,
                 "outbox-relay-transaction",
             )
         except StuckError as exc:

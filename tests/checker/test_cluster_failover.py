@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from checker.relay import relay_group, relay_transactional_id
+from checker.relay import RelaySettings, relay_group, relay_transactional_id
 from checker.service import Checker
 from checker.settings import CheckerSettings
 from outbox import LocalTransactionState, Message, TransactionProducer
@@ -34,8 +34,9 @@ pytestmark = pytest.mark.kafka
 
 GROUP = "orders"
 INSTANCE = "cluster-checker"
-RESUME_SECONDS = 60.0
-"""A node's death costs its sessions (6-10 s) and a client timeout or two (30 s), not more."""
+RESUME_SECONDS = RelaySettings().transaction_deadline + 30.0
+"""A node's death costs its sessions (6-10 s) and a client timeout or two (30 s); at worst a
+relay transaction stuck in librdkafka, abandoned at its deadline, then a batch read again."""
 
 
 class Sender:

@@ -200,7 +200,7 @@ def test_a_rolling_restart_replaces_every_node_and_waits_for_the_replicas(
 ) -> None:
     bootstrap = kafka_cluster.bootstrap_servers
     topic = f"t{uuid.uuid4().hex[:8]}"
-    create_replicated_topic(bootstrap, topic, partitions=3)
+    create_replicated_topic(bootstrap, topic)  # one partition: "before" is read before "after"
     producer = transactional_producer(bootstrap, f"{topic}-tx")
     send_in_transaction(producer, topic, b"before", commit=True)
     pids = [node.pid for node in kafka_cluster.nodes]
