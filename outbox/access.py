@@ -43,11 +43,11 @@ def is_authorization_failure(error: KafkaError) -> bool:
     return error.code() in AUTHORIZATION_FAILURES
 
 
-def raise_if_not_described(name: str, topic: Any) -> None:
+def raise_if_not_described(name: str, topic: Any, principal: str | None = None) -> None:
     """``topic`` (metadata asked for by name) refused to this principal: a listing would
     have left it out, and "does not exist" would send its user the wrong way."""
     if topic is not None and topic.error is not None and is_authorization_failure(topic.error):
-        raise NotAuthorizedError("DESCRIBE", f"topic {name!r}")
+        raise NotAuthorizedError("DESCRIBE", f"topic {name!r}", principal)
 
 
 def raise_if_configs_refused(name: str, exc: KafkaException, principal: str | None = None) -> None:

@@ -13,7 +13,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from outbox.access import raise_if_configs_refused, raise_if_not_described
-from outbox.errors import InvalidMessageError, KafkaUnavailableError, NotAuthorizedError
+from outbox.errors import InvalidMessageError, KafkaUnavailableError
 
 _DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
 
@@ -52,10 +52,8 @@ class TopicCatalog:
         except KafkaException as exc:
             raise KafkaUnavailableError(f"cannot look up topic {topic!r}: {exc}") from None
         described = metadata.topics.get(topic)
-        try:
-            raise_if_not_described(topic, described)
-        except NotAuthorizedError as exc:  # not "does not exist": a relay would discard
-            raise exc.by(self._principal) from None
+        # Refused, not "does not exist": a relay would discard what the topic takes.
+        raise_if_not_described(topic, described, self._principal)
         if described is None or not described.partitions:
             raise InvalidMessageError(
                 f"topic {topic!r} does not exist on the cluster; create it first"
