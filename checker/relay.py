@@ -86,6 +86,14 @@ def relay_group(checker_group: str) -> str:
     return f"{checker_group}.relay"
 
 
+def _log_failed_batch(problem: Exception, backoff: float) -> None:
+    """A refusal is an error someone must act on (grant the ACL); anything else, a warning."""
+    if isinstance(problem, NotAuthorizedError):
+        log.error("relay batch refused, reading it again in %.1fs: %s", backoff, problem)
+    else:
+        log.warning("relay batch failed, reading it again in %.1fs: %s", backoff, problem)
+
+
 def relay_transactional_id(checker_group: str, instance: str) -> str:
     """A replica's relay ``transactional.id``: the same across its restarts, so a new
     incarnation fences the old one's open transaction (and names its coordinator)."""
@@ -188,18 +196,9 @@ class Relay:
             try:
                 self.pump(0.2)
                 backoff = 0.5
-            except KafkaException as exc:
-                refused = self._refusal(exc.args[0])
-                if refused is None:
-                    log.warning("relay batch failed, reading it again in %.1fs: %s", backoff, exc)
-                else:
-                    log.error(
-                        "relay batch refused, reading it again in %.1fs: %s", backoff, refused
-                    )
-            except KafkaUnavailableError as exc:
-                log.warning("relay batch failed, reading it again in %.1fs: %s", backoff, exc)
-            except NotAuthorizedError as exc:
-                log.error("relay batch refused, reading it again in %.1fs: %s", backoff, exc)
+            except (KafkaException, KafkaUnavailableError, NotAuthorizedError) as exc:
+                problem = self._refusal(exc.args[0]) if isinstance(exc, KafkaException) else None
+                _log_failed_batch(problem or exc, backoff)
             except Exception:  # a thread that died would stop publication in silence
                 log.exception("relay batch failed unexpectedly, reading it again in %.1fs", backoff)
             else:
