@@ -25,7 +25,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from outbox.protocol import TopicNames
+from outbox.protocol import TopicNames, validate_topic_name
 
 Resource = Literal["TOPIC", "GROUP", "TRANSACTIONAL_ID"]
 PatternType = Literal["LITERAL", "PREFIXED"]
@@ -198,6 +198,8 @@ def component_acls(
     checker_group: str | None = None,
 ) -> list[Acl]:
     """The ACLs of one component, by name."""
+    for topic in real_topics:
+        validate_topic_name(topic, "real topic")
     if component == "producer":
         return producer_acls(topics, producer_group, real_topics)
     if component == "checker":

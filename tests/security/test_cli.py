@@ -96,3 +96,25 @@ def test_acls_print_lists_what_the_code_needs():
             line.startswith("User:producer") and acl.name in line and acl.operation in line
             for line in lines
         ), acl
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (("--component", "bogus"), 2, "unknown component(s) bogus; choose from producer"),
+        (("--group", "bad/group"), 1, "producer group 'bad/group' has characters Kafka"),
+        (("-t", "bad topic"), 1, "real topic 'bad topic' has characters Kafka does not allow"),
+    ],
+)
+def test_acls_print_names_bad_input(args: tuple[str, ...], code: int, message: str):
+    given = ("--group", GROUP, *args) if "--group" not in args else args
+    done = subprocess.run(
+        [sys.executable, "-m", "outbox", "acls", "print", *given],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if k != "COLUMNS"},
+    )
+    assert done.returncode == code, done.stderr
+    assert message in " ".join(done.stderr.split())
+    assert "Traceback" not in done.stderr
