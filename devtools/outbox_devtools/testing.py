@@ -22,7 +22,12 @@ Fixtures:
   three copies, ``min.insync.replicas=2``) shared by the tests of one module,
   started only in modules that ask for it. A test may kill, stop or freeze a
   node; the fixture brings every node back and waits until the replicas are in
-  sync before the next test.
+  sync before the next test;
+- ``spark_cluster``: a Spark standalone cluster
+  (:class:`~outbox_devtools.spark_cluster.LocalSparkCluster`: a master and two
+  one-core workers from pyspark's own jars, on loopback) shared by the tests of
+  one module; submit to ``.master_url``. A test may kill a worker; the fixture
+  starts a new one before the next test.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from pathlib import Path
 import pytest
 
 from outbox_devtools.kafka import LocalKafka, LocalKafkaCluster
+from outbox_devtools.spark_cluster import LocalSparkCluster
 
 
 @pytest.fixture(scope="session")
@@ -65,6 +71,21 @@ def kafka_cluster(_module_kafka_cluster: LocalKafkaCluster) -> Iterator[LocalKaf
     cluster.start()  # the nodes a previous test left down
     cluster.wait_in_sync()
     yield cluster
+
+
+@pytest.fixture(scope="module")
+def _module_spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSparkCluster]:
+    cluster = LocalSparkCluster(tmp_path_factory.mktemp("spark-cluster"))
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def spark_cluster(_module_spark_cluster: LocalSparkCluster) -> LocalSparkCluster:
+    """A Spark master and two workers this module shares; both workers run at each test."""
+    return _module_spark_cluster.heal()
 
 
 def _started(broker: LocalKafka) -> Iterator[LocalKafka]:
