@@ -102,7 +102,8 @@ class Options:
     modes: tuple[str, ...] = ()
 
 
-DEFAULT_MODES = ("parquet/window", "parquet/off", "delta/merge", "delta/off")
+MERGE_MODE = "delta/merge"
+DEFAULT_MODES = ("parquet/window", "parquet/off", MERGE_MODE, "delta/off")
 """The sink's format/dedup pairs timed against the plain job; the first is the default."""
 
 
@@ -144,6 +145,12 @@ class Throughput:
     @property
     def ratio(self) -> float:
         return self.warm.rows_per_s / self.plain.rows_per_s if self.plain.rows_per_s else 0.0
+
+    @property
+    def merge_rows_per_s(self) -> float | None:
+        """Delta with ``--dedup merge`` (the Delta default), when ``--modes`` has it."""
+        merged = [run.rows_per_s for run in self.modes if run.jvm.endswith(MERGE_MODE)]
+        return merged[0] if merged else None
 
 
 @dataclass
@@ -628,7 +635,8 @@ def _run_against(console: Console, options: Options, bootstrap: str, broker_pid:
         console,
         f"bench-sink: rows_per_s={report.throughput.rows_per_s:.0f} "
         f"plain_rows_per_s={report.throughput.plain.rows_per_s:.0f} "
-        f"ratio={report.throughput.ratio:.2f} delay_p99_ms={fmt(delay.delay_p99_ms)}",
+        f"ratio={report.throughput.ratio:.2f} delay_p99_ms={fmt(delay.delay_p99_ms)} "
+        f"merge_rows_per_s={fmt(report.throughput.merge_rows_per_s)}",
     )
     return 0 if report.ok else 1
 
@@ -703,6 +711,7 @@ def measure(console: Console, options: Options, bootstrap: str, broker_pid: int 
             "rows_per_s": throughput.rows_per_s,
             "plain_rows_per_s": throughput.plain.rows_per_s,
             "ratio": round(throughput.ratio, 3),
+            "merge_rows_per_s": throughput.merge_rows_per_s,
             "rows_per_s_by_mode": {run.jvm: run.rows_per_s for run in throughput.modes},
             "rows_per_s_cold_jvm": throughput.cold.rows_per_s,
             "delay_p50_ms": delay.delay_p50_ms,

@@ -1,4 +1,4 @@
-"""The Delta Lake table (``--format delta``): idempotent micro-batches, MERGE de-duplication.
+"""The Delta Lake table (``--format delta``): idempotent micro-batches, de-duplicated against it.
 
 Exactly once, in two layers
 ---------------------------
@@ -9,12 +9,22 @@ Exactly once, in two layers
   killed after the Delta commit but before the checkpoint's commit redoes the
   batch on restart; the redo is a no-op. A new checkpoint is a new query id, so
   it can never be mistaken for the old one's batches.
-* **Each transaction lands once** (``--dedup merge``): the batch goes in with
-  ``MERGE ... WHEN NOT MATCHED INSERT`` on the transaction id, so a copy is
-  recognised against the whole table, however late it arrives. The search is
-  bounded to the date partitions from the batch's earliest date minus
-  ``--dedup-lookback`` (7 days by default), which keeps it cheap. Rows without a
-  transaction id never match and are all inserted.
+* **Each transaction lands once** (``--dedup merge``): a row is left out when
+  its transaction id is already in the table, however long ago it landed, or
+  is at a later Kafka position than another row of the same id in the batch.
+  The search is bounded to the date partitions from the batch's earliest date
+  minus ``--dedup-lookback`` (7 days by default). Rows without a transaction id
+  never match and are all written.
+
+How: what Delta's insert-only ``MERGE`` does (an anti-join of the batch
+against the table), but only the narrow columns (id, Kafka position) are
+joined: the ids of the batch against the ids of the recent partitions, which
+finds the positions to leave out (usually none). The full rows then go to an
+ordinary idempotent append, through a broadcast anti-join only when there are
+positions to leave out. ``MERGE`` joined and shuffled the full 1 KiB rows, and
+ran at a quarter of the plain ingestion rate. Unlike ``MERGE``, the append does
+not detect a concurrent writer inserting the same id: the sink must be the
+table's only writer (as it is: one query per checkpoint and table).
 
 The table is created (partitioned by ``topic`` and ``date``) before the query
 starts; an existing one must have the sink's columns and partitioning, which
@@ -31,7 +41,7 @@ from typing import TYPE_CHECKING
 from spark_sink.errors import CheckpointError, OutputPathError, SparkJarsError
 from spark_sink.jars import delta_coordinates
 from spark_sink.preflight import has_entries, local_path
-from spark_sink.table_layout import DEDUP_KEY, PARTITION_COLUMNS, dedup_key
+from spark_sink.table_layout import PARTITION_COLUMNS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -39,9 +49,10 @@ if TYPE_CHECKING:
 
     from spark_sink.settings import SinkSettings
 
-TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
-TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 APP_ID_WAIT_SECONDS = 60.0
+POSITION = ("topic", "partition", "offset")
+BROADCAST_COPIES = 1_000_000
+"""Up to this many copies in a batch, the positions to leave out are broadcast."""
 
 
 def _delta_tables() -> type:
@@ -155,43 +166,68 @@ class DeltaBatchWriter:
         )
 
     def merge(self, batch: DataFrame, batch_id: int) -> None:
+        """Append the batch without the copies of transactions already in it or in the table.
+
+        Only the narrow columns (id, position, date) are joined; the full rows go
+        straight from Kafka to the table, and through a join only when this batch
+        has copies to leave out (rare: the relay publishes each commit once).
+        """
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
-        spark = batch.sparkSession
-        source = (
-            batch.withColumn(DEDUP_KEY, dedup_key())
-            .dropDuplicates([DEDUP_KEY])
-            .drop(DEDUP_KEY)
-            # Read from Kafka once (it is read twice: the earliest date, the MERGE) and
-            # counted once by the observed metrics. On disk: a backlog's first batch can be
-            # far bigger than the heap (1 GB for a million 1 KiB events).
-            .persist(StorageLevel.DISK_ONLY)
-        )
+        # Read from Kafka once (the rows are read twice: the copies, the append) and
+        # counted once by the observed metrics. On disk: a backlog's first batch can be
+        # far bigger than the heap (1 GB for a million 1 KiB events).
+        rows = batch.persist(StorageLevel.DISK_ONLY)
+        copies: DataFrame | None = None
         try:
-            earliest = source.agg(F.min("date")).first()
-            if earliest is None or earliest[0] is None:
+            totals = rows.agg(F.min("date").alias("earliest"), F.count(F.lit(1)).alias("n")).first()
+            if totals is None or totals.earliest is None:
                 self.inserted[batch_id] = 0
                 return
-            since: dt.date = earliest[0] - dt.timedelta(seconds=self.settings.dedup_lookback)
-            condition = (
-                f"t.date >= DATE'{since.isoformat()}' AND t.transaction_id = s.transaction_id"
-            )
-            spark.conf.set(TXN_APP_ID, str(self.app_id))
-            spark.conf.set(TXN_VERSION, str(batch_id))
-            try:
-                metrics = (
-                    _delta_tables()
-                    .forPath(spark, self.settings.output)
-                    .alias("t")
-                    .merge(source.alias("s"), condition)
-                    .whenNotMatchedInsertAll()
-                    .execute()
-                    .first()
+            since: dt.date = totals.earliest - dt.timedelta(seconds=self.settings.dedup_lookback)
+            copies = self._copies(rows, since).persist(StorageLevel.MEMORY_AND_DISK)
+            left_out = copies.count()
+            if left_out:
+                small = left_out <= BROADCAST_COPIES
+                kept = rows.join(
+                    F.broadcast(copies) if small else copies, list(POSITION), "left_anti"
                 )
-            finally:
-                spark.conf.unset(TXN_APP_ID)
-                spark.conf.unset(TXN_VERSION)
-            self.inserted[batch_id] = int(metrics["num_inserted_rows"]) if metrics else 0
+                rows = kept.select(*batch.columns)
+            self.append(rows, batch_id)
+            self.inserted[batch_id] = int(totals.n) - left_out
         finally:
-            source.unpersist()
+            batch.unpersist()
+            if copies is not None:
+                copies.unpersist()
+
+    def _copies(self, rows: DataFrame, since: dt.date) -> DataFrame:
+        """Positions of the rows to leave out: a transaction id already in the table
+        (date partitions from ``since``), or not the first position of its id in the batch."""
+        from pyspark.sql import functions as F
+
+        first = F.struct(*POSITION)
+        ids = rows.where(F.col("transaction_id").isNotNull()).select(
+            "transaction_id", first.alias("at")
+        )
+        per_id = ids.groupBy("transaction_id").agg(
+            F.count(F.lit(1)).alias("copies"), F.min("at").alias("first")
+        )
+        stored = (
+            _delta_tables()
+            .forPath(rows.sparkSession, self.settings.output)
+            .toDF()
+            .where(F.col("date") >= F.lit(since))
+            .select("transaction_id")
+        )
+        known = per_id.join(stored, "transaction_id", "left_semi").select(
+            "transaction_id", F.lit(True).alias("stored")
+        )
+        flagged = per_id.join(known, "transaction_id", "left").where(
+            F.col("stored").isNotNull() | (F.col("copies") > 1)
+        )
+        return (
+            ids.join(flagged, "transaction_id")
+            .where(F.col("stored").isNotNull() | (F.col("at") != F.col("first")))
+            .select("at.*")
+        )
