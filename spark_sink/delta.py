@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 from spark_sink.errors import CheckpointError, OutputPathError, SparkJarsError
 from spark_sink.jars import delta_coordinates
 from spark_sink.preflight import has_entries, local_path
+from spark_sink.progress import WriterCounts
 from spark_sink.table_layout import PARTITION_COLUMNS
 
 if TYPE_CHECKING:
@@ -140,8 +141,8 @@ class DeltaBatchWriter:
 
     settings: SinkSettings
     app_id: str | None = None
-    inserted: dict[int, int] = field(default_factory=dict)
-    """Rows each MERGE inserted, by batch id (the rest were copies), until reported."""
+    counted: dict[int, WriterCounts] = field(default_factory=dict)
+    """What each de-duplicated batch held and wrote, by batch id, until reported."""
     _ready: threading.Event = field(default_factory=threading.Event)
 
     def started(self, query_id: str) -> None:
@@ -175,18 +176,24 @@ class DeltaBatchWriter:
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
-        # Read from Kafka once (the rows are read twice: the copies, the append) and
-        # counted once by the observed metrics. On disk: a backlog's first batch can be
-        # far bigger than the heap (1 GB for a million 1 KiB events).
-        rows = batch.persist(StorageLevel.DISK_ONLY)
+        # Kafka is read twice: for the narrow columns (kept, small), then for the append.
+        # Reading it again costs less than keeping the full rows (1 KiB each) on disk.
+        keys = batch.select("transaction_id", *POSITION, "date").persist(
+            StorageLevel.MEMORY_AND_DISK
+        )
         copies: DataFrame | None = None
+        rows = batch
         try:
-            totals = rows.agg(F.min("date").alias("earliest"), F.count(F.lit(1)).alias("n")).first()
+            totals = keys.agg(
+                F.min("date").alias("earliest"),
+                F.count(F.lit(1)).alias("n"),
+                F.count_if(F.col("transaction_id").isNull()).alias("without_id"),
+            ).first()
             if totals is None or totals.earliest is None:
-                self.inserted[batch_id] = 0
+                self.counted[batch_id] = WriterCounts(0, 0, 0)
                 return
             since: dt.date = totals.earliest - dt.timedelta(seconds=self.settings.dedup_lookback)
-            copies = self._copies(rows, since).persist(StorageLevel.MEMORY_AND_DISK)
+            copies = self._copies(keys, since).persist(StorageLevel.MEMORY_AND_DISK)
             left_out = copies.count()
             if left_out:
                 small = left_out <= BROADCAST_COPIES
@@ -195,9 +202,10 @@ class DeltaBatchWriter:
                 )
                 rows = kept.select(*batch.columns)
             self.append(rows, batch_id)
-            self.inserted[batch_id] = int(totals.n) - left_out
+            n = int(totals.n)
+            self.counted[batch_id] = WriterCounts(n, n - left_out, int(totals.without_id))
         finally:
-            batch.unpersist()
+            keys.unpersist()
             if copies is not None:
                 copies.unpersist()
 

@@ -49,6 +49,15 @@ def offsets_behind(source: dict[str, Any]) -> int | None:
 
 
 @dataclass(frozen=True)
+class WriterCounts:
+    """One batch as the writer that de-duplicated it counted it."""
+
+    rows_in: int
+    rows_written: int
+    without_id: int
+
+
+@dataclass(frozen=True)
 class BatchProgress:
     """What one micro-batch did."""
 
@@ -90,10 +99,20 @@ class BatchProgress:
             duration_ms=int(data.get("batchDuration") or 0),
         )
 
-    def with_written(self, rows_written: int) -> BatchProgress:
-        """The batch as its writer counted it: rows it did not write were copies."""
-        duplicates = max(0, self.rows_in - rows_written - self.late)
-        return replace(self, rows_written=rows_written, duplicates=duplicates)
+    def counted_by_writer(self, counts: WriterCounts) -> BatchProgress:
+        """The batch as its writer counted it: rows it did not write were copies.
+
+        A writer that reads the batch more than once (the Delta de-duplication)
+        counts for itself: Spark's observed metrics add up every read.
+        """
+        duplicates = max(0, counts.rows_in - counts.rows_written - self.late)
+        return replace(
+            self,
+            rows_in=counts.rows_in,
+            rows_written=counts.rows_written,
+            without_id=counts.without_id,
+            duplicates=duplicates,
+        )
 
     def line(self) -> str:
         lag = "?" if self.lag is None else str(self.lag)
