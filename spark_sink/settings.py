@@ -86,8 +86,8 @@ class _SinkFields(BaseSettings):
     )
     dedup: Literal["auto", "window", "merge", "off"] = Field(
         "auto",
-        description="de-duplication by transaction id: window (state), merge (Delta MERGE, "
-        "no time bound) or off; auto is merge for delta, else window",
+        description="de-duplication by transaction id: window (state), merge (against the "
+        "Delta table, no time bound) or off; auto is merge for delta, else window",
     )
     dedup_window: float = Field(
         3600.0,
