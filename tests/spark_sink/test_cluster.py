@@ -95,6 +95,7 @@ class SinkOutput:
         return self.text()[-3000:]
 
 
+@pytest.mark.timeout(600)  # three JVMs warm up on a shared machine; a minute or two when quiet
 @pytest.mark.parametrize("table_format", ["parquet", "delta"])
 def test_a_worker_killed_mid_stream_leaves_every_committed_event_once(
     table_format: str,
