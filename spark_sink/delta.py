@@ -21,8 +21,10 @@ against the table), but only the narrow columns (id, Kafka position) are
 joined: the ids of the batch against the ids of the recent partitions, which
 finds the positions to leave out (usually none). The full rows then go to an
 ordinary idempotent append, through a broadcast anti-join only when there are
-positions to leave out. ``MERGE`` joined and shuffled the full 1 KiB rows, and
-ran at a quarter of the plain ingestion rate. Unlike ``MERGE``, the append does
+positions to leave out (``MERGE`` joined and shuffled the full rows). The batch
+is read from Kafka twice, for the ids and for the append: Spark's observed
+metrics then count its rows twice, so the writer counts them itself
+(:class:`~spark_sink.progress.WriterCounts`). Unlike ``MERGE``, the append does
 not detect a concurrent writer inserting the same id: the sink must be the
 table's only writer (as it is: one query per checkpoint and table).
 
