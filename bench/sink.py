@@ -279,6 +279,13 @@ def table_ids(
 # --------------------------------------------------------------------------- throughput
 
 
+def new_topic(bootstrap: str, suffix: str, partitions: int) -> str:
+    """A fresh topic of the bench's own."""
+    topic = f"{PREFIX}-{uuid.uuid4().hex[:6]}.{suffix}"
+    ensure_topics(AdminClient(kafka_client_config(bootstrap)), [TopicSpec(topic, partitions, 1)])
+    return topic
+
+
 def measure_throughput(
     console: Console,
     spark: Any,
@@ -287,11 +294,7 @@ def measure_throughput(
     work: Path,
     broker_pid: int | None,
 ) -> Throughput:
-
-    topic = f"{PREFIX}-{uuid.uuid4().hex[:6]}.events"
-    ensure_topics(
-        AdminClient(kafka_client_config(bootstrap)), [TopicSpec(topic, options.partitions, 1)]
-    )
+    topic = new_topic(bootstrap, "events", options.partitions)
     console.print(
         f"[bold cyan]==>[/] loading {options.events:,} events of {options.value_bytes} B "
         f"onto {topic} ({options.partitions} partitions)",
@@ -333,10 +336,7 @@ def warm_up_delta(
     delta_modes = [mode for mode in options.modes if mode.startswith("delta/")]
     if not delta_modes:
         return
-    topic = f"{PREFIX}-{uuid.uuid4().hex[:6]}.warmup"
-    ensure_topics(
-        AdminClient(kafka_client_config(bootstrap)), [TopicSpec(topic, options.partitions, 1)]
-    )
+    topic = new_topic(bootstrap, "warmup", options.partitions)
     load_events(bootstrap, topic, WARMUP_EVENTS, options.value_bytes)
     for mode in delta_modes:
         once_run(
