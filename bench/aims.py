@@ -15,3 +15,7 @@ AIM_COMMITS_PER_S = 20_000
 
 AIM_VISIBLE_P99_MS = 50.0
 """Commit to visible on the real topic (read_committed), p99, with the relay running."""
+
+AIM_CLIENT_US_RATIO = 2.2
+"""A transactional send's client CPU over a plain send's: two acknowledged writes and
+little more (the producer bench, at its most senders)."""

@@ -263,6 +263,9 @@ def _summary(results: Results, options: Options) -> list[tuple[str, float | None
     rss_at = count_label(options.checker.rss_halves if options.checker else 1_000_000)
     return [
         (f"ratio_at_{senders}", p.get("ratio"), ".3f"),
+        (f"async_ratio_at_{senders}", p.get("async_ratio"), ".3f"),
+        ("client_us_per_send", p.get("client_us_per_send"), ".1f"),
+        ("plain_client_us_per_send", p.get("plain_client_us_per_send"), ".1f"),
         (f"outbox_msgs_per_s_at_{senders}", p.get("outbox_msgs_per_s"), ".0f"),
         ("end_p99_ms", p.get("end_p99_ms"), ".1f"),
         (

@@ -113,6 +113,7 @@ def _producer_rows(report: producer.Report | None, options: producer.Options | N
             f"-> {limit:.3f}",
             "AsyncTransactionProducer: as many tasks on one event loop",
         ),
+        _client_cpu_row(report),
         (
             "outbox end p50 ms",
             _per_senders(report, senders, "outbox", "end_p50_ms", ",.1f"),
@@ -126,6 +127,20 @@ def _producer_rows(report: producer.Report | None, options: producer.Options | N
             "",
         ),
     ]
+
+
+def _client_cpu_row(report: producer.Report) -> Row:
+    """The producer process's CPU a send, outbox against plain: a regression guard."""
+    summary = report.summary
+    ratio = summary.get("client_us_ratio")
+    ok = ratio is not None and ratio <= aims.AIM_CLIENT_US_RATIO
+    return (
+        "client CPU µs/send outbox / plain",
+        f"{_num(summary.get('client_us_per_send'), ',.1f')} / "
+        f"{_num(summary.get('plain_client_us_per_send'), ',.1f')} ({_num(ratio, '.2f')}x)",
+        f"<= {aims.AIM_CLIENT_US_RATIO:g}x {'ok' if ok else 'ABOVE'}",
+        f"process CPU time / sends, at {summary['senders']} senders",
+    )
 
 
 def _checker_rows(report: checker.Report | None, options: checker.Options | None) -> list[Row]:

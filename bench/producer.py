@@ -244,6 +244,10 @@ class CellResult:
     broker_cpu_pct: float | None = None
     other_cpu_pct: float | None = None
     """CPU used by other processes on the host meanwhile: noise in a shared machine's numbers."""
+    client_us_per_send: float | None = None
+    """This process's CPU time (every thread: senders, the client's, the loop) per send
+    completed in the window, in µs: what a send costs the service, whatever the machine's
+    load does to its throughput."""
 
     def ratio_to(self, plain: CellResult | None) -> float | None:
         """This cell's throughput over ``plain``'s: what the outbox keeps of a plain send."""
@@ -265,6 +269,7 @@ class _Run:
     client_cpu_pct: float | None
     broker_cpu_pct: float | None
     other_cpu_pct: float | None
+    client_cpu_seconds: float | None
 
 
 def run_cell(
@@ -335,7 +340,12 @@ def run_cell(
             pct(client_before, client_after),
             pct(broker_before, broker_after),
         ),
+        client_cpu_seconds=_spent(client_before, client_after),
     )
+
+
+def _spent(before: float | None, after: float | None) -> float | None:
+    return None if before is None or after is None else after - before
 
 
 def _other(host: float | None, client: float | None, broker: float | None) -> float | None:
@@ -369,7 +379,15 @@ def summarise(mode: str, senders: int, run: _Run, seconds: float) -> CellResult:
         client_cpu_pct=run.client_cpu_pct,
         broker_cpu_pct=run.broker_cpu_pct,
         other_cpu_pct=run.other_cpu_pct,
+        client_us_per_send=_per_send_us(run.client_cpu_seconds, len(inside)),
     )
+
+
+def _per_send_us(cpu_seconds: float | None, sends: int) -> float | None:
+    """CPU seconds over ``sends``, in µs a send (None when nothing completed)."""
+    if cpu_seconds is None or not sends:
+        return None
+    return round(cpu_seconds * 1e6 / sends, 1)
 
 
 # --------------------------------------------------------------------------- the bench
@@ -508,7 +526,9 @@ def _run_against(console: Console, options: Options, bootstrap: str, broker_pid:
         f"outbox_msgs_per_s_at_{summary['senders']}={figure(summary['outbox_msgs_per_s'], '.0f')} "
         f"plain_msgs_per_s_at_{summary['senders']}={figure(summary['plain_msgs_per_s'], '.0f')} "
         f"end_p99_ms={figure(summary['end_p99_ms'], '.1f')} "
-        f"async_ratio_at_{summary['senders']}={figure(summary['async_ratio'], '.3f')}",
+        f"async_ratio_at_{summary['senders']}={figure(summary['async_ratio'], '.3f')} "
+        f"client_us_per_send={figure(summary['client_us_per_send'], '.1f')} "
+        f"plain_client_us_per_send={figure(summary['plain_client_us_per_send'], '.1f')}",
     )
     return 0 if report.ok else 1
 
@@ -597,6 +617,8 @@ def _summary(results: list[CellResult], options: Options) -> dict[str, Any]:
     senders = 64 if 64 in options.senders else max(options.senders)
     plain, outbox = _pair_of(results, senders)
     awaited = _cell(results, "async", senders)
+    outbox_us = outbox.client_us_per_send if outbox else None
+    plain_us = plain.client_us_per_send if plain else None
     return {
         "senders": senders,
         "ratio": _rounded(_ratio(plain, outbox)),
@@ -606,6 +628,10 @@ def _summary(results: list[CellResult], options: Options) -> dict[str, Any]:
         "plain_msgs_per_s": plain.msgs_per_s if plain else None,
         "end_p99_ms": outbox.end_p99_ms if outbox else None,
         "write_amplification_limit": 0.5,
+        "client_us_per_send": outbox_us,
+        "plain_client_us_per_send": plain_us,
+        "async_client_us_per_send": awaited.client_us_per_send if awaited else None,
+        "client_us_ratio": _rounded(outbox_us / plain_us) if outbox_us and plain_us else None,
     }
 
 

@@ -40,7 +40,16 @@ def cell_line(result: CellResult) -> str:
             ("other", result.other_cpu_pct),
         )
     )
-    return line + f"  | {result.attempts:,} sends, {result.errors} errors | cpu% {cpu}"
+    us = result.client_us_per_send
+    return line + (
+        f"  | {result.attempts:,} sends, {result.errors} errors | cpu% {cpu}"
+        f" | client {'-' if us is None else f'{us:.0f}'} µs/send"
+    )
+
+
+def _us(cell: CellResult | None) -> str:
+    value = cell.client_us_per_send if cell else None
+    return "-" if value is None else f"{value:.0f}"
 
 
 def _short(p50: float | None, p99: float | None) -> str:
@@ -67,6 +76,7 @@ def results_table(results: list[CellResult], options: Options) -> Table:
         "end p99 ms",
         "plain send p50/p99 ms",
         "outbox send p50/p99 ms",
+        "client CPU µs/send plain / outbox / async",
     )
     for column in columns:
         table.add_column(column, justify="right")
@@ -87,5 +97,6 @@ def results_table(results: list[CellResult], options: Options) -> Table:
             _ms(outbox.end_p99_ms) if outbox else "-",
             _pair(plain.send_p50_ms, plain.send_p99_ms) if plain else "-",
             _pair(outbox.send_p50_ms, outbox.send_p99_ms) if outbox else "-",
+            " / ".join(_us(cell) for cell in (plain, outbox, awaited)),
         )
     return table

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from concurrent.futures import Future
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
@@ -25,20 +25,95 @@ from outbox.protocol import OutgoingRecord
 
 log = logging.getLogger(__name__)
 
-Acknowledgement = Future[tuple[int, int]]
-"""A record's (partition, offset) once stored, or the caller's failure type if it was not."""
-
 
 class QueueFullError(Exception):
     """The client's queue had no room; nothing was enqueued, so trying again is safe."""
 
 
-def _acknowledgement() -> Acknowledgement:
-    # Running from the start: nobody may cancel it (an asyncio caller that stops
-    # waiting would otherwise cancel it) and then see the delivery report fail.
-    future: Acknowledgement = Future()
-    future.set_running_or_notify_cancel()
-    return future
+class Acknowledgement:
+    """A record's (partition, offset) once stored, or the caller's failure if it was not.
+
+    It is the record's delivery callback itself, so a write costs one object and
+    one lock: the lock is held from the start and released by the report, a
+    waiting thread acquires it (no ``Future``, whose ``Condition`` costs an
+    ``RLock`` and a wait list per write). An event loop watches it instead
+    (:meth:`add_done_callback`). Nobody can cancel it: a caller that stops
+    waiting leaves the report to arrive all the same.
+    """
+
+    __slots__ = (
+        "_arrived",
+        "_client_config",
+        "_error",
+        "_failure",
+        "_position",
+        "_topic",
+        "_watchers",
+    )
+
+    def __init__(
+        self, topic: str, failure: type[OutboxError], client_config: dict[str, Any]
+    ) -> None:
+        self._topic = topic
+        self._failure = failure
+        self._client_config = client_config
+        self._position: tuple[int, int] | None = None
+        self._error: OutboxError | None = None
+        self._watchers: list[Callable[[Acknowledgement], object]] = []
+        self._arrived = threading.Lock()
+        self._arrived.acquire()
+
+    def __call__(self, error: KafkaError | None, message: Message) -> None:
+        """The delivery report, on the client's report thread (``on_delivery``)."""
+        if error is not None:
+            why = refused_write(self._topic, error, self._client_config)
+            self._error = self._failure(f"{self._topic} record not stored: {why}")
+        else:
+            self._position = (message.partition() or 0, message.offset() or 0)
+        self._arrived.release()
+        self._notify()
+
+    def _notify(self) -> None:
+        # Each watcher is popped, atomically, by exactly one of the report thread
+        # and the thread adding it, whichever finds the report arrived.
+        watchers = self._watchers
+        while watchers:
+            try:
+                watcher = watchers.pop()
+            except IndexError:
+                return
+            watcher(self)
+
+    def done(self) -> bool:
+        """Whether the delivery report arrived."""
+        return not self._arrived.locked()
+
+    def add_done_callback(self, watcher: Callable[[Acknowledgement], object]) -> None:
+        """Call ``watcher(self)`` once the report arrives (at once if it has), on that thread."""
+        self._watchers.append(watcher)
+        if self.done():
+            self._notify()
+
+    def result(self, timeout: float) -> tuple[int, int]:
+        """The (partition, offset), waiting up to ``timeout`` seconds; the failure, raised.
+
+        Raises ``TimeoutError`` when the report did not come in time.
+        """
+        if not self._arrived.acquire(True, max(0.0, timeout)):
+            raise TimeoutError
+        self._arrived.release()
+        return self.position()
+
+    def position(self) -> tuple[int, int]:
+        """The (partition, offset) of a record whose report arrived; its failure, raised."""
+        if self._error is not None:
+            raise self._error
+        assert self._position is not None
+        return self._position
+
+    def exception(self) -> OutboxError | None:
+        """The failure of a record whose report arrived, or None if it was stored."""
+        return self._error
 
 
 class AckedWriter:
@@ -100,17 +175,17 @@ class AckedWriter:
 
     def submit_nowait(self, record: OutgoingRecord, failure: type[OutboxError]) -> Acknowledgement:
         """:meth:`submit` without waiting: :class:`QueueFullError` when there is no room."""
-        acknowledgement = _acknowledgement()
-
-        def delivered(error: KafkaError | None, message: Message) -> None:
-            if error is not None:
-                why = refused_write(record.topic, error, self._client_config)
-                acknowledgement.set_exception(failure(f"{record.topic} record not stored: {why}"))
-            else:
-                acknowledgement.set_result((message.partition() or 0, message.offset() or 0))
-
+        acknowledgement = Acknowledgement(record.topic, failure, self._client_config)
+        partition = record.partition
         try:
-            self.producer.produce(**record.produce_kwargs(), on_delivery=delivered)
+            self.producer.produce(
+                record.topic,
+                record.value,
+                record.key,
+                partition=-1 if partition is None else partition,  # -1: the client's partitioner
+                on_delivery=acknowledgement,
+                headers=record.headers,
+            )
         except BufferError:
             raise QueueFullError(record.topic) from None
         except KafkaException as exc:

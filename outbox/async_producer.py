@@ -26,15 +26,15 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor
+from contextlib import suppress
 from functools import partial
 from types import TracebackType
 from typing import Any, Protocol, Self
 
-from outbox.acked_writer import QueueFullError, not_acknowledged
-from outbox.errors import ProducerNotStartedError
+from outbox.acked_writer import AckedWriter, Acknowledgement, QueueFullError, not_acknowledged
+from outbox.errors import OutboxError, ProducerNotStartedError
 from outbox.message import LocalTransactionState, Message, TransactionSendResult
 from outbox.producer import (
-    Acknowledged,
     FittingHalf,
     LocalTransaction,
     Step,
@@ -158,13 +158,24 @@ class AsyncTransactionProducer:
         Same result, same errors: the half written and acknowledged, the
         listener's local transaction awaited, its decision written as an op.
         """
-        with self._core._admitted():
-            return await drive(self._core._send_flow(message, arg), self._take)
+        core = self._core
+        core._admit()
+        try:
+            return await drive(core._send_flow(message, arg), self._take)
+        finally:
+            core._release()
 
     def _take(self, step: Step) -> Any:
         """What ``step`` gives the flow: at once, or an awaitable the loop waits on."""
         core = self._core
         assert core._catalog and core._limits and core._writer
+        if isinstance(step, Write):
+            try:
+                acknowledgement = core._writer.submit_nowait(step.record, step.failure)
+            except QueueFullError:
+                # Rare (the client's queue holds 100,000 records): wait for room off the loop.
+                return _submitted_in_thread(core._writer, step)
+            return _acknowledged(step, acknowledgement) if step.wait else acknowledgement
         if isinstance(step, TopicLookup):
             known = core._catalog.known(step.topic)
             return known if known is not None else _in_thread(core._catalog.get, step.topic)
@@ -172,16 +183,7 @@ class AsyncTransactionProducer:
             fitting = partial(
                 core._limits.fitting_half_record, step.half, core.topics, step.half_partition
             )
-            used = core._limits.topics_used(step.half, core.topics)
-            return fitting() if core._limits.knows(used) else _in_thread(fitting)
-        if isinstance(step, Write):
-            try:
-                return core._writer.submit_nowait(step.record, step.failure)
-            except QueueFullError:
-                # Rare (the client's queue holds 100,000 records): wait for room off the loop.
-                return _in_thread(core._writer.submit, step.record, step.deadline, step.failure)
-        if isinstance(step, Acknowledged):
-            return _acknowledged(step)
+            return fitting() if core._limits.knows_half(step.half) else _in_thread(fitting)
         assert isinstance(step, LocalTransaction)
         return self.listener.execute_local_transaction(step.message, step.arg)
 
@@ -190,11 +192,39 @@ def _in_thread(function: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
     return asyncio.get_running_loop().run_in_executor(None, partial(function, *args))
 
 
-async def _acknowledged(step: Acknowledged) -> tuple[int, int]:
-    """The write's (partition, offset), awaited until its deadline."""
-    write = step.write
-    try:
-        async with asyncio.timeout(max(0.0, write.deadline - time.monotonic())):
-            return await asyncio.wrap_future(step.acknowledgement)
-    except TimeoutError:
-        raise not_acknowledged(write.record, write.timeout, write.failure) from None
+async def _submitted_in_thread(writer: AckedWriter, step: Write) -> object:
+    """A write whose queue was full: handed over from a worker thread, then as any other."""
+    acknowledgement = await _in_thread(writer.submit, step.record, step.deadline, step.failure)
+    return await _acknowledged(step, acknowledgement) if step.wait else acknowledgement
+
+
+def _acknowledged(step: Write, acknowledgement: Acknowledgement) -> asyncio.Future[tuple[int, int]]:
+    """The write's (partition, offset) as a future of this loop, failed at the write's deadline.
+
+    The report thread only schedules the settling on the loop: no
+    ``concurrent.futures.Future`` to wrap, no ``asyncio.timeout`` block per write.
+    """
+    loop = asyncio.get_running_loop()
+    waiter: asyncio.Future[tuple[int, int]] = loop.create_future()
+
+    def settle() -> None:
+        expiry.cancel()
+        if waiter.done():  # the deadline passed first, or the send was cancelled
+            return
+        try:
+            waiter.set_result(acknowledgement.position())
+        except OutboxError as exc:
+            waiter.set_exception(exc)
+
+    def expire() -> None:
+        if not waiter.done():
+            waiter.set_exception(not_acknowledged(step.record, step.timeout, step.failure))
+
+    expiry = loop.call_later(max(0.0, step.deadline - time.monotonic()), expire)
+
+    def arrived(_: Acknowledgement) -> None:  # on the report thread
+        with suppress(RuntimeError):  # a loop closed meanwhile has nobody waiting
+            loop.call_soon_threadsafe(settle)
+
+    acknowledgement.add_done_callback(arrived)
+    return waiter

@@ -12,7 +12,10 @@ at most groups x real topics x 2 for the commit and rollback counters.
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import Counter, Histogram
+from prometheus_client.metrics import MetricWrapperBase
 
 HALVES_WRITTEN = Counter(
     "outbox_halves_written", "Half records written and acknowledged.", ["group"]
@@ -47,3 +50,29 @@ END_LATENCY = Histogram(
     ["group"],
     buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10),
 )
+
+
+class GroupMetrics:
+    """The metric children of one producer group, resolved once per label set.
+
+    ``labels()`` takes the metric's lock and builds its key on every call; a send
+    counts its half and its end, so the children are kept here instead. Label
+    values are bounded (see above), so is this cache; a race only ever stores
+    the same child twice.
+    """
+
+    __slots__ = ("_children", "end_latency", "group", "halves_written")
+
+    def __init__(self, group: str) -> None:
+        self.group = group
+        self.halves_written = HALVES_WRITTEN.labels(group)
+        self.end_latency = END_LATENCY.labels(group)
+        self._children: dict[tuple[MetricWrapperBase, tuple[str, ...]], Any] = {}
+
+    def child(self, metric: MetricWrapperBase, *labels: str) -> Any:
+        """``metric.labels(group, *labels)``, looked up once."""
+        key = (metric, labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(self.group, *labels)
+        return found

@@ -20,11 +20,12 @@ import inspect
 import logging
 import threading
 import time
-from collections.abc import Callable, Coroutine, Generator, Iterator
+from collections.abc import Callable, Generator
 from concurrent.futures import Executor, ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from inspect import isawaitable
 from types import TracebackType
 from typing import Any, Protocol, Self, TypeAlias, TypeVar
 
@@ -93,14 +94,14 @@ class TransactionListener(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TopicLookup:
     """Step: the facts of ``topic`` (cached after the first send to it)."""
 
     topic: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class FittingHalf:
     """Step: the half's record, refused if any record it becomes would not fit its topic.
 
@@ -111,11 +112,12 @@ class FittingHalf:
     half_partition: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Write:
-    """Step: hand ``record`` to the client, waiting for room until ``deadline``.
+    """Step: hand ``record`` to the client and wait for its acknowledgement until ``deadline``.
 
-    The flow gets the record's :data:`~outbox.acked_writer.Acknowledgement`.
+    The flow gets the record's (partition, offset); with ``wait=False`` (a
+    oneway op) its :class:`~outbox.acked_writer.Acknowledgement` at once instead.
     """
 
     record: OutgoingRecord
@@ -123,17 +125,10 @@ class Write:
     timeout: float
     deadline: float
     """``time.monotonic()`` by which the record must be acknowledged."""
+    wait: bool = True
 
 
-@dataclass(frozen=True, slots=True)
-class Acknowledged:
-    """Step: wait until the write's deadline for its acknowledgement: (partition, offset)."""
-
-    write: Write
-    acknowledgement: Acknowledgement
-
-
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LocalTransaction:
     """Step: the listener's ``execute_local_transaction(message, arg)``, its answer or error."""
 
@@ -141,7 +136,7 @@ class LocalTransaction:
     arg: Any
 
 
-Step: TypeAlias = TopicLookup | FittingHalf | Write | Acknowledged | LocalTransaction
+Step: TypeAlias = TopicLookup | FittingHalf | Write | LocalTransaction
 _T = TypeVar("_T")
 Flow: TypeAlias = Generator[Step, Any, _T]
 """A send (or an end) as the steps it waits on, for a driver to carry out."""
@@ -150,17 +145,16 @@ Flow: TypeAlias = Generator[Step, Any, _T]
 async def drive(flow: Flow[_T], take: Callable[[Step], Any]) -> _T:
     """Carry out ``flow``: hand each step's outcome back to it, or the error taking it raised.
 
-    ``take`` returns the outcome, or an awaitable of it (awaited here): a
-    thread's ``take`` blocks and never returns one, so :func:`run_blocking`
-    finishes this coroutine without an event loop; an event loop's ``take``
-    returns the futures it waits on, so the loop runs on meanwhile.
+    ``take`` returns the outcome, or an awaitable of it (awaited here): an
+    event loop's ``take`` returns the futures it waits on, so the loop runs on
+    meanwhile. A thread carries out a flow with :func:`run_blocking` instead.
     """
     try:
         step = next(flow)
         while True:
             try:
                 outcome = take(step)
-                if inspect.isawaitable(outcome):
+                if isawaitable(outcome):
                     outcome = await outcome
             except Exception as exc:
                 step = flow.throw(exc)
@@ -172,14 +166,26 @@ async def drive(flow: Flow[_T], take: Callable[[Step], Any]) -> _T:
         flow.close()
 
 
-def run_blocking(coroutine: Coroutine[Any, Any, _T]) -> _T:
-    """The result of a coroutine that never suspends (:func:`drive` with a blocking ``take``)."""
+def run_blocking(flow: Flow[_T], take: Callable[[Step], Any]) -> _T:
+    """Carry out ``flow`` in this thread, ``take`` blocking until each step's outcome is there.
+
+    :func:`drive` without its coroutine and its awaitable test per step, which
+    were a tenth of a thread's send; the two must hand outcomes and errors back
+    to the flow alike.
+    """
     try:
-        coroutine.send(None)
+        step = next(flow)
+        while True:
+            try:
+                outcome = take(step)
+            except Exception as exc:
+                step = flow.throw(exc)
+            else:
+                step = flow.send(outcome)
     except StopIteration as finished:
         return finished.value  # type: ignore[no-any-return]
-    coroutine.close()
-    raise RuntimeError("a blocking send waited on an awaitable (is the listener async?)")
+    finally:
+        flow.close()
 
 
 _RESOLUTIONS = {
@@ -232,6 +238,7 @@ class TransactionProducer:
         _require_listener(listener, awaited=self._awaits_listener)
         self.group = group
         self.listener = listener
+        self._listener_checked: object = None
         self.config = config if config is not None else _settings_from_env()
         self.topics = self.config.topics
         self._clock = clock
@@ -248,6 +255,7 @@ class TransactionProducer:
         self._limits: SizeLimits | None = None
         self._writer: AckedWriter | None = None
         self._responder: CheckResponder | None = None
+        self._metrics = metrics.GroupMetrics(group)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -360,48 +368,57 @@ class TransactionProducer:
         the transaction by check-back. By default the call returns once the op
         is acknowledged; with ``end_oneway`` right after handing it over.
         """
-        _require_listener(self.listener)
-        with self._admitted():
+        if self.listener is not self._listener_checked:  # reassigned since it was checked
+            _require_listener(self.listener)
+            self._listener_checked = self.listener
+        self._admit()
+        try:
             return self._run(self._send_flow(message, arg))
+        finally:
+            self._release()
 
-    @contextmanager
-    def _admitted(self) -> Iterator[None]:
-        """Count a send as under way (shutdown waits for it), if the producer takes sends."""
+    def _admit(self) -> None:
+        """Count a send as under way (shutdown waits for it), if the producer takes sends.
+
+        Each :meth:`_admit` is followed by one :meth:`_release`, in a ``finally``.
+        """
         with self._state_lock:
             if self._closed:
                 raise ProducerClosedError("this producer was shut down; no message was sent")
             if not self._started:
                 raise ProducerNotStartedError("call start() before sending; no message was sent")
             self._in_flight += 1
-        try:
-            yield
-        finally:
-            with self._state_lock:
-                self._in_flight -= 1
+
+    def _release(self) -> None:
+        with self._state_lock:
+            self._in_flight -= 1
+            if self._closed:  # only a shutdown waits for the count
                 self._state_lock.notify_all()
 
     def _run(self, flow: Flow[_T]) -> _T:
         """Carry out ``flow`` in this thread, blocking at each step."""
-        return run_blocking(drive(flow, self._take))
+        return run_blocking(flow, self._take)
 
     def _take(self, step: Step) -> Any:
         """What ``step`` gives the flow, once this thread has waited for it."""
         assert self._catalog and self._limits and self._writer
+        if isinstance(step, Write):
+            acknowledgement = self._writer.submit(step.record, step.deadline, step.failure)
+            if not step.wait:
+                return acknowledgement
+            return wait_acknowledged(
+                acknowledgement, step.record, step.timeout, step.deadline, step.failure
+            )
         if isinstance(step, TopicLookup):
             return self._catalog.get(step.topic)
         if isinstance(step, FittingHalf):
             return self._limits.fitting_half_record(step.half, self.topics, step.half_partition)
-        if isinstance(step, Write):
-            return self._writer.submit(step.record, step.deadline, step.failure)
-        if isinstance(step, Acknowledged):
-            write = step.write
-            return wait_acknowledged(
-                step.acknowledgement, write.record, write.timeout, write.deadline, write.failure
-            )
         return self.listener.execute_local_transaction(step.message, step.arg)
 
     def _send_flow(self, message: Message, arg: Any) -> Flow[TransactionSendResult]:
         """The send in its span, whose trace context the half carries to the real record."""
+        if not tracing.ENABLED:  # no span to open, nothing to record on one
+            return (yield from self._send_steps(message, arg, tracing.NO_SPAN))
         attributes = {"messaging.system": "kafka", "outbox.producer_group": self.group}
         with tracing.span(tracing.SEND, "PRODUCER", attributes) as span:
             result = yield from self._send_steps(message, arg, span)
@@ -426,8 +443,9 @@ class TransactionProducer:
             transaction_id=transaction_id,
             born_ms=self._now_ms(),
         )
-        span.set_attribute("messaging.destination.name", half.real_topic)
-        span.set_attribute("outbox.transaction_id", transaction_id)
+        if span is not tracing.NO_SPAN:
+            span.set_attribute("messaging.destination.name", half.real_topic)
+            span.set_attribute("outbox.transaction_id", transaction_id)
         traced = tracing.with_trace_context(half.user_headers)
         if traced is not half.user_headers:
             half = dataclasses.replace(half, user_headers=traced)
@@ -439,15 +457,16 @@ class TransactionProducer:
             )
         half_partition = half_partition_for(half.key, transaction_id, self._half_partitions)
         record: OutgoingRecord = yield FittingHalf(half, half_partition)
-        _, half_offset = yield from self._write_acknowledged(record, HalfWriteError)
-        metrics.HALVES_WRITTEN.labels(self.group).inc()
-        span.set_attribute("outbox.half_partition", half_partition)
-        span.set_attribute("outbox.half_offset", half_offset)
+        _, half_offset = yield self._write(record, HalfWriteError)
+        self._metrics.halves_written.inc()
+        if span is not tracing.NO_SPAN:
+            span.set_attribute("outbox.half_partition", half_partition)
+            span.set_attribute("outbox.half_offset", half_offset)
         log.debug("half written transaction_id=%s offset=%d", transaction_id, half_offset)
 
-        state, local_error = yield from self._local_transaction(message, half, arg)
+        state, local_error = yield from self._local_transaction(message, half, arg, span)
         end_status, end_error = yield from self._end(
-            half, half_partition, half_offset, half_offset, state, origin="send"
+            half, half_partition, half_offset, half_offset, state, origin="send", parent=span
         )
         return TransactionSendResult(
             send_status=SendStatus.SEND_OK,
@@ -460,29 +479,20 @@ class TransactionProducer:
             end_error=end_error,
         )
 
-    def _write(self, record: OutgoingRecord, failure: type[OutboxError]) -> Write:
+    def _write(
+        self, record: OutgoingRecord, failure: type[OutboxError], wait: bool = True
+    ) -> Write:
         timeout = self.config.send_timeout_seconds
-        return Write(record, failure, timeout, time.monotonic() + timeout)
-
-    def _write_acknowledged(
-        self, record: OutgoingRecord, failure: type[OutboxError]
-    ) -> Flow[tuple[int, int]]:
-        write = self._write(record, failure)
-        acknowledgement = yield write
-        position: tuple[int, int] = yield Acknowledged(write, acknowledgement)
-        return position
+        return Write(record, failure, timeout, time.monotonic() + timeout, wait)
 
     def _local_transaction(
-        self, message: Message, half: HalfRecord, arg: Any
+        self, message: Message, half: HalfRecord, arg: Any, parent: Any
     ) -> Flow[tuple[LocalTransactionState, BaseException | None]]:
-        stamped = dataclasses.replace(
-            message, transaction_id=half.transaction_id, born_ms=half.born_ms
-        )
+        stamped = _stamped(message, half.transaction_id, half.born_ms)
         recorded: list[BaseException] = []
         token = _local_errors.set(recorded)
-        attributes = {"outbox.transaction_id": half.transaction_id}
         try:
-            with tracing.span(tracing.LOCAL_TRANSACTION, attributes=attributes) as span:
+            with _child_span(parent, tracing.LOCAL_TRANSACTION, half.transaction_id) as span:
                 answer = yield LocalTransaction(stamped, arg)
                 if recorded:
                     tracing.fail(span, recorded[-1])
@@ -509,28 +519,26 @@ class TransactionProducer:
         state: LocalTransactionState,
         *,
         origin: str,
+        parent: Any,
     ) -> Flow[tuple[EndStatus, BaseException | None]]:
         """Write the decision on ``half`` (the copy at ``half_offset``) as an op, if it has one.
 
-        ``origin_offset`` is the half's identity, which the relay keys decisions on.
+        ``origin_offset`` is the half's identity, which the relay keys decisions on;
+        ``parent`` the span of the send or check (no end span under :data:`~tracing.NO_SPAN`).
         """
         resolution = _RESOLUTIONS.get(state)
         if resolution is None:
-            metrics.UNKNOWNS.labels(self.group, origin).inc()
+            self._metrics.child(metrics.UNKNOWNS, origin).inc()
             log.info("transaction left unknown transaction_id=%s", half.transaction_id)
             return EndStatus.LEFT_UNKNOWN, None
-        attributes = {
-            "outbox.transaction_id": half.transaction_id,
-            "outbox.resolution": resolution.value,
-            "outbox.origin": origin,
-        }
-        with tracing.span(tracing.END, attributes=attributes) as span:
+        with _child_span(parent, tracing.END, half.transaction_id, resolution, origin) as span:
             status, error = yield from self._write_decision(
                 half, half_partition, half_offset, origin_offset, resolution, origin
             )
-            span.set_attribute("outbox.end_status", status.value)
-            if error is not None:
-                tracing.fail(span, error)
+            if span is not tracing.NO_SPAN:
+                span.set_attribute("outbox.end_status", status.value)
+                if error is not None:
+                    tracing.fail(span, error)
             return status, error
 
     def _write_decision(
@@ -553,7 +561,7 @@ class TransactionProducer:
                     f"local transaction ended {-remaining:.1f}s past the direct-end window; "
                     "left to the check-back"
                 )
-                metrics.END_FAILURES.labels(self.group, "late").inc()
+                self._metrics.child(metrics.END_FAILURES, "late").inc()
                 log.warning("late end refused transaction_id=%s", half.transaction_id)
                 return EndStatus.REFUSED_LATE, error
         op = OpRecord(
@@ -566,18 +574,17 @@ class TransactionProducer:
             origin_offset=origin_offset,
         )
         started = time.monotonic()
+        oneway = origin == "send" and self.config.end_oneway
         try:
-            if origin == "send" and self.config.end_oneway:
-                acknowledgement = yield self._write(op.to_record(self.topics), EndTransactionError)
-                report = _OnewayReport(self.group, half.real_topic, op, origin, started)
-                acknowledgement.add_done_callback(report)
-                return EndStatus.SENT_ONEWAY, None
-            yield from self._write_acknowledged(op.to_record(self.topics), EndTransactionError)
+            written = yield self._write(op.to_record(self.topics), EndTransactionError, not oneway)
         except EndTransactionError as exc:
-            metrics.END_FAILURES.labels(self.group, "failed").inc()
+            self._metrics.child(metrics.END_FAILURES, "failed").inc()
             log.error("end failed transaction_id=%s error=%s", half.transaction_id, exc)
             return EndStatus.FAILED, exc
-        _count_end(self.group, half.real_topic, resolution, origin, started)
+        if oneway:
+            written.add_done_callback(_OnewayReport(self._metrics, half.real_topic, op, started))
+            return EndStatus.SENT_ONEWAY, None
+        _count_end(self._metrics, half.real_topic, resolution, origin, started)
         if resolution is Resolution.COMMIT:
             return EndStatus.COMMITTED, None
         return EndStatus.ROLLED_BACK, None
@@ -631,12 +638,18 @@ class TransactionProducer:
             tracing.fail(span, exc)
             state = LocalTransactionState.UNKNOW
         span.set_attribute("outbox.local_transaction_state", state.value)
-        metrics.CHECKS_ANSWERED.labels(self.group, state.value).inc()
+        self._metrics.child(metrics.CHECKS_ANSWERED, state.value).inc()
         log.info("check answered transaction_id=%s state=%s", half.transaction_id, state.value)
         identity = half.identity(request.half_offset)
         self._run(
             self._end(
-                half, request.half_partition, request.half_offset, identity, state, origin="check"
+                half,
+                request.half_partition,
+                request.half_offset,
+                identity,
+                state,
+                origin="check",
+                parent=span,
             )
         )
 
@@ -649,42 +662,79 @@ class TransactionProducer:
 
 
 def _count_end(
-    group: str, real_topic: str, resolution: Resolution, origin: str, started: float
+    group: metrics.GroupMetrics,
+    real_topic: str,
+    resolution: Resolution,
+    origin: str,
+    started: float,
 ) -> None:
-    metrics.END_LATENCY.labels(group).observe(time.monotonic() - started)
+    group.end_latency.observe(time.monotonic() - started)
     counter = metrics.COMMITS if resolution is Resolution.COMMIT else metrics.ROLLBACKS
-    counter.labels(group, real_topic, origin).inc()
+    group.child(counter, real_topic, origin).inc()
 
 
 class _OnewayReport:
-    """Learns, on the client's thread, whether a oneway op was stored (its future's callback).
+    """Learns, on the client's thread, whether a oneway op was stored (watching its report).
 
     The caller has returned already, so a lost op can only be logged and
     counted; the half then has no op and the checker resolves it by check-back.
     """
 
-    __slots__ = ("group", "op", "origin", "real_topic", "started")
+    __slots__ = ("metrics", "op", "real_topic", "started")
 
     def __init__(
-        self, group: str, real_topic: str, op: OpRecord, origin: str, started: float
+        self, group: metrics.GroupMetrics, real_topic: str, op: OpRecord, started: float
     ) -> None:
-        self.group = group
+        self.metrics = group
         self.real_topic = real_topic
         self.op = op
-        self.origin = origin
         self.started = started
 
     def __call__(self, acknowledgement: Acknowledgement) -> None:
         error = acknowledgement.exception()
         if error is None:
-            _count_end(self.group, self.real_topic, self.op.resolution, self.origin, self.started)
+            _count_end(self.metrics, self.real_topic, self.op.resolution, "send", self.started)
             return
-        metrics.END_FAILURES.labels(self.group, "oneway").inc()
+        self.metrics.child(metrics.END_FAILURES, "oneway").inc()
         log.warning(
             "oneway end not delivered; left to the check-back transaction_id=%s error=%s",
             self.op.transaction_id,
             error,
         )
+
+
+def _stamped(message: Message, transaction_id: str, born_ms: int) -> Message:
+    """``message`` with the send's transaction id and born time, for the listener.
+
+    ``dataclasses.replace`` without its per-call field introspection: a copy
+    of the instance's fields, two of them set anew. A subclass (which may keep
+    fields in slots) goes through ``replace``.
+    """
+    if type(message) is not Message:
+        return dataclasses.replace(message, transaction_id=transaction_id, born_ms=born_ms)
+    stamped = object.__new__(type(message))
+    fields = stamped.__dict__
+    fields.update(message.__dict__)
+    fields["transaction_id"] = transaction_id
+    fields["born_ms"] = born_ms
+    return stamped
+
+
+def _child_span(
+    parent: Any,
+    name: str,
+    transaction_id: str,
+    resolution: Resolution | None = None,
+    origin: str | None = None,
+) -> AbstractContextManager[Any]:
+    """A span of the send or check ``parent``: none at all when ``parent`` records nothing."""
+    if parent is tracing.NO_SPAN:
+        return tracing.NO_SPAN_BLOCK
+    attributes: dict[str, tracing.AttributeValue] = {"outbox.transaction_id": transaction_id}
+    if resolution is not None and origin is not None:
+        attributes["outbox.resolution"] = resolution.value
+        attributes["outbox.origin"] = origin
+    return tracing.span(name, attributes=attributes)
 
 
 def _settings_from_env() -> ProducerSettings:

@@ -9,7 +9,7 @@ that applies.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from outbox.errors import InvalidMessageError, MessageTooLargeError
@@ -38,6 +38,8 @@ class SizeLimits:
         self._catalog = catalog
         self.client_bytes = client_message_max_bytes(client_config)
         self._topic_bytes: dict[str, int | None] = {}
+        self._smallest: dict[tuple[str, str], int] = {}
+        """The smallest limit a half's records meet, per (real topic, producer group)."""
 
     def topic_bytes(self, topic: str) -> int | None:
         """The topic's ``max.message.bytes``; None for a topic that does not exist.
@@ -52,9 +54,9 @@ class SizeLimits:
                 self._topic_bytes[topic] = None
         return self._topic_bytes[topic]
 
-    def knows(self, topics: Iterable[str]) -> bool:
-        """Whether the limits of ``topics`` are known: looking them up never waits."""
-        return all(topic in self._topic_bytes for topic in topics)
+    def knows_half(self, half: HalfRecord) -> bool:
+        """Whether :meth:`fitting_half_record` can check ``half`` without waiting."""
+        return (half.real_topic, half.producer_group) in self._smallest
 
     def problem(
         self, what: str, record: OutgoingRecord, *, by_this_client: bool = True
@@ -88,9 +90,13 @@ class SizeLimits:
     ) -> OutgoingRecord:
         """The half's record; refused, naming why, if any record it becomes would not fit."""
         half_record = half.to_record(topics, half_partition)
-        topics_used = self.topics_used(half, topics)
-        limits = [self.client_bytes, *filter(None, map(self.topic_bytes, topics_used))]
-        if record_size(half_record) + _GROWTH_BYTES <= min(limits):
+        key = (half.real_topic, half.producer_group)
+        smallest = self._smallest.get(key)
+        if smallest is None:
+            topics_used = self.topics_used(half, topics)
+            limits = [self.client_bytes, *filter(None, map(self.topic_bytes, topics_used))]
+            smallest = self._smallest[key] = min(limits)
+        if record_size(half_record) + _GROWTH_BYTES <= smallest:
             return half_record  # the usual case: far from every limit
         problems = (
             self.problem(what, record, by_this_client=what == "half record")

@@ -55,7 +55,7 @@ class _NoSpan:
 
 
 NO_SPAN = _NoSpan()
-_NO_SPAN_BLOCK = nullcontext(NO_SPAN)  # reusable: without OpenTelemetry a span costs one call
+NO_SPAN_BLOCK = nullcontext(NO_SPAN)  # reusable: without OpenTelemetry a span costs one call
 
 
 def span(
@@ -73,12 +73,12 @@ def span(
     leaving the block is recorded on the span and marks it failed.
     """
     if not ENABLED:
-        return _NO_SPAN_BLOCK
+        return NO_SPAN_BLOCK
     provider = trace.get_tracer_provider()
     if isinstance(provider, ProxyTracerProvider | NoOpTracerProvider):
         # No SDK: the API's spans would record nothing and stand in for their parent,
         # whose context :func:`with_trace_context` writes all the same.
-        return _NO_SPAN_BLOCK
+        return NO_SPAN_BLOCK
     context = None if parent_headers is None else propagate.extract(_carrier(parent_headers))
     return provider.get_tracer("outbox").start_as_current_span(
         name, context=context, kind=SpanKind[kind], attributes=attributes

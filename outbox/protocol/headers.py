@@ -58,12 +58,14 @@ def user_headers(headers: Iterable[tuple[str, bytes | None]]) -> HeaderList:
     return [(name, value) for name, value in headers if not is_reserved(name)]
 
 
+# ``str(member)`` is a StrEnum's value as a plain str, read in C; ``member.value`` goes
+# through a Python descriptor, and a send builds a dozen headers.
 def text_header(name: Header, value: str) -> tuple[str, bytes]:
-    return (name.value, value.encode("utf-8"))
+    return (str(name), value.encode("utf-8"))
 
 
 def int_header(name: Header, value: int) -> tuple[str, bytes]:
-    return (name.value, str(int(value)).encode("ascii"))
+    return (str(name), b"%d" % value)
 
 
 class HeaderReader:

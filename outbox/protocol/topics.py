@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 
 from outbox.protocol.errors import InvalidNameError
 
@@ -44,7 +45,11 @@ def validate_producer_group(group: str) -> str:
 
 @dataclass(frozen=True)
 class TopicNames:
-    """The internal topics of one outbox deployment, derived from its prefix."""
+    """The internal topics of one outbox deployment, derived from its prefix.
+
+    The names are derived once (``cached_property``): the producer asks for
+    them on every send.
+    """
 
     prefix: str = DEFAULT_PREFIX
 
@@ -53,31 +58,42 @@ class TopicNames:
         if len(self.prefix) + _LONGEST_FIXED_SUFFIX > _MAX_TOPIC_LENGTH:
             raise InvalidNameError(f"topic prefix {self.prefix!r} is too long for its suffixes")
 
-    @property
+    @cached_property
     def half(self) -> str:
         """Where half records wait for their outcome (RMQ_SYS_TRANS_HALF_TOPIC)."""
         return f"{self.prefix}.half"
 
-    @property
+    @cached_property
     def op(self) -> str:
         """Where outcomes are recorded (RMQ_SYS_TRANS_OP_HALF_TOPIC)."""
         return f"{self.prefix}.op"
 
-    @property
+    @cached_property
     def discard(self) -> str:
         """Where the checker puts halves it gave up on (TRANS_CHECK_MAX_TIME_TOPIC)."""
         return f"{self.prefix}.discard"
 
-    @property
+    @cached_property
     def check_prefix(self) -> str:
         return f"{self.prefix}.check."
 
     def check(self, producer_group: str) -> str:
-        """The check-request topic of one producer group (CHECK_TRANSACTION_STATE)."""
-        validate_producer_group(producer_group)
-        return validate_topic_name(f"{self.check_prefix}{producer_group}", "check topic")
+        """The check-request topic of one producer group (CHECK_TRANSACTION_STATE).
 
-    @property
+        Remembered per group (every send's size check names it), after validation.
+        """
+        known = self._check_topics.get(producer_group)
+        if known is None:
+            validate_producer_group(producer_group)
+            known = validate_topic_name(f"{self.check_prefix}{producer_group}", "check topic")
+            self._check_topics[producer_group] = known
+        return known
+
+    @cached_property
+    def _check_topics(self) -> dict[str, str]:
+        return {}
+
+    @cached_property
     def fixed(self) -> tuple[str, str, str]:
         """The topics ``outbox topics create`` makes: half, op, discard."""
         return (self.half, self.op, self.discard)

@@ -54,6 +54,7 @@ def test_bench_all_on_the_test_broker(kafka_bootstrap: str, tmp_path: Path) -> N
         "commits/s published",
         "real records / commits",
         "sync commit-to-visible p50 / p99 ms",
+        "client CPU µs/send outbox / plain",
     ):
         assert figure in output
     # Until the producer has ``end_oneway``, its row says so instead of failing the run.
@@ -73,6 +74,9 @@ def test_bench_all_on_the_test_broker(kafka_bootstrap: str, tmp_path: Path) -> N
     # Speeds are not asserted (the test machine may be busy); that each one was reported is.
     assert set(document["summary"]) == {
         "ratio_at_4",
+        "async_ratio_at_4",
+        "client_us_per_send",
+        "plain_client_us_per_send",
         "outbox_msgs_per_s_at_4",
         "end_p99_ms",
         "oneway_ratio_at_4",
@@ -88,7 +92,14 @@ def test_bench_all_on_the_test_broker(kafka_bootstrap: str, tmp_path: Path) -> N
         "sink_delay_p99_ms",
     }
     summary = document["summary"]
-    for key in ("checker_halves_per_s", "answers_per_s", "relay_commits_per_s", "visible_p99_ms"):
+    for key in (
+        "checker_halves_per_s",
+        "answers_per_s",
+        "relay_commits_per_s",
+        "visible_p99_ms",
+        "client_us_per_send",
+        "plain_client_us_per_send",
+    ):
         assert summary[key] > 0, key
     relay = document["benches"]["relay"]
     assert relay["real_records"] == relay["commits"] == 300
@@ -104,6 +115,7 @@ def test_bench_all_on_the_test_broker(kafka_bootstrap: str, tmp_path: Path) -> N
         ("async", 4),
     ]
     assert all(c["committed"] == c["attempts"] for c in producer["cells"] if c["mode"] != "plain")
+    assert all(c["client_us_per_send"] > 0 for c in producer["cells"])
     assert document["benches"]["checker"]["scan"]["walk"]["checks_sent"] == 500
     assert document["benches"]["sink"] is None
     # The benches' own result files are not written by ``bench.all``.
