@@ -60,6 +60,8 @@ class DatabaseResolver:
             transaction_id=copy.transaction_id,
             check_times=copy.check_times,
             born_ms=copy.born_ms,
+            half_partition=half_partition,
+            half_offset=copy.identity(half_offset),
         )
         resolution = _RESOLUTIONS.get(self._check.answer(message))
         if resolution is None:

@@ -445,7 +445,9 @@ class TransactionProducer:
         span.set_attribute("outbox.half_offset", half_offset)
         log.debug("half written transaction_id=%s offset=%d", transaction_id, half_offset)
 
-        state, local_error = yield from self._local_transaction(message, half, arg)
+        state, local_error = yield from self._local_transaction(
+            message, half, half_partition, half_offset, arg
+        )
         end_status, end_error = yield from self._end(
             half, half_partition, half_offset, half_offset, state, origin="send"
         )
@@ -473,10 +475,14 @@ class TransactionProducer:
         return position
 
     def _local_transaction(
-        self, message: Message, half: HalfRecord, arg: Any
+        self, message: Message, half: HalfRecord, half_partition: int, half_offset: int, arg: Any
     ) -> Flow[tuple[LocalTransactionState, BaseException | None]]:
         stamped = dataclasses.replace(
-            message, transaction_id=half.transaction_id, born_ms=half.born_ms
+            message,
+            transaction_id=half.transaction_id,
+            born_ms=half.born_ms,
+            half_partition=half_partition,
+            half_offset=half_offset,
         )
         recorded: list[BaseException] = []
         token = _local_errors.set(recorded)
@@ -609,6 +615,7 @@ class TransactionProducer:
 
     def _answer_check_in_span(self, request: CheckRequest, span: Any) -> None:
         half = request.half
+        identity = half.identity(request.half_offset)
         message = Message(
             topic=half.real_topic,
             value=half.value if half.value is not None else b"",
@@ -619,6 +626,8 @@ class TransactionProducer:
             transaction_id=half.transaction_id,
             check_times=half.check_times,
             born_ms=half.born_ms,
+            half_partition=request.half_partition,
+            half_offset=identity,
         )
         try:
             answer = self._ask_listener(message)
@@ -633,7 +642,6 @@ class TransactionProducer:
         span.set_attribute("outbox.local_transaction_state", state.value)
         metrics.CHECKS_ANSWERED.labels(self.group, state.value).inc()
         log.info("check answered transaction_id=%s state=%s", half.transaction_id, state.value)
-        identity = half.identity(request.half_offset)
         self._run(
             self._end(
                 half, request.half_partition, request.half_offset, identity, state, origin="check"

@@ -12,7 +12,10 @@ business function (or the insert) raises  ROLLBACK_MESSAGE: nothing was
 COMMIT itself fails, outcome unknown      UNKNOW: the server may have
 (connection lost mid-COMMIT)              committed; the check-back finds out
 ``check_local_transaction``
-log row present                           COMMIT_MESSAGE
+log row present, for this half            COMMIT_MESSAGE
+log row present, for another half of the  ROLLBACK_MESSAGE: the id is reused;
+same id                                   its row (the primary key) is taken,
+                                          so this half can never commit
 no row, half older than the grace period  ROLLBACK_MESSAGE
 no row, half younger                      UNKNOW: the transaction may still
                                           be running; the checker asks again
@@ -50,8 +53,11 @@ from outbox.sql.errors import (
 )
 from outbox.sql.log import (
     DEFAULT_TABLE,
+    HALF_IDENTITY_COLUMNS,
     LogTarget,
+    missing_column,
     missing_table_error,
+    outdated_table_error,
     table_exists,
     transaction_log_table,
     utc_from_timestamp,
@@ -97,7 +103,7 @@ class TransactionLogRule:
         self._target = target
         self._clock = clock
         table = transaction_log_table(target.table, target.schema)
-        self._lookup = sa.select(table.c.transaction_id).where(
+        self._lookup = sa.select(table.c.half_partition, table.c.half_offset).where(
             table.c.transaction_id == sa.bindparam("transaction_id")
         )
 
@@ -114,7 +120,7 @@ class TransactionLogRule:
             )
             return UNKNOW
         if found is not None:
-            return COMMIT
+            return COMMIT if _same_half(found, message) else ROLLBACK
         if message.born_ms is None:
             log.warning("checked message has no born_ms; answering UNKNOW")
             return UNKNOW
@@ -188,6 +194,9 @@ class TransactionLogListener(Generic[_Factory, _Business]):
             raise unavailable(session.get_bind(), exc) from None  # type: ignore[arg-type]
         if not exists:
             raise missing_table_error(self.target, session.get_bind().url)
+        column = missing_column(session.connection(), self.target)
+        if column is not None:
+            raise outdated_table_error(self.target, column, session.get_bind().url)
 
     def _execute_on(
         self, session: Session, message: Message, business: Callable[[], object]
@@ -211,6 +220,8 @@ class TransactionLogListener(Generic[_Factory, _Business]):
                     transaction_id=transaction_id,
                     producer_group=self.group,
                     created_at=utc_from_timestamp(self._clock()),
+                    half_partition=message.half_partition,
+                    half_offset=message.half_offset,
                 )
             )
             session.flush()
@@ -301,24 +312,52 @@ class SqlTransactionListener(TransactionLogListener[Callable[[], Session], Busin
             return self._check.answer_on(session, message)
 
 
+def _same_half(row: Any, message: Message) -> bool:
+    """Whether the log row committed the half ``message`` names.
+
+    A row or a message without a half identity (a row written before the log
+    recorded it, a listener called by hand) cannot tell halves apart: it
+    answers by id, as before.
+    """
+    if row.half_partition is None or message.half_partition is None:
+        return True
+    if (row.half_partition, row.half_offset) == (message.half_partition, message.half_offset):
+        return True
+    log.warning(
+        "transaction id %s was committed by half %d:%d, not by the half %d:%d asked about "
+        "(a reused id); answering ROLLBACK for it",
+        message.transaction_id,
+        row.half_partition,
+        row.half_offset,
+        message.half_partition,
+        message.half_offset,
+    )
+    return False
+
+
 def explain_database_error(
     exc: Exception, session_factory: Callable[[], Session], target: LogTarget
 ) -> Exception:
     """A missing log table is a setup error with a known fix; say so.
 
-    Only errors that name the table are probed ("no such table: X",
+    So is a table migrated by an older version (a column missing). Only errors
+    that name the table or a newer column are probed ("no such table: X",
     'relation "X" does not exist'): probing after a connection failure
     would wait out a second connect timeout for nothing.
     """
     if not isinstance(exc, ProgrammingError | OperationalError):
         return exc
-    if target.table not in str(exc):
+    if target.table not in str(exc) and not any(c in str(exc) for c in HALF_IDENTITY_COLUMNS):
         return exc
     try:
         with session_factory() as probe:  # the failed session may be unusable
-            if table_exists(probe.connection(), target):
+            connection, url = probe.connection(), probe.get_bind().url
+            if not table_exists(connection, target):
+                error = missing_table_error(target, url)
+            elif (column := missing_column(connection, target)) is not None:
+                error = outdated_table_error(target, column, url)
+            else:
                 return exc
-            error = missing_table_error(target, probe.get_bind().url)
     except Exception:
         return exc
     error.__cause__ = exc

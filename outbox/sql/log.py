@@ -2,7 +2,9 @@
 
 A row is inserted in the same database transaction as the business change, so
 "row present" is exactly "the local transaction committed", which is what a
-check-back asks. The table is defined here for queries; it is created and
+check-back asks. The row names the half it committed (half partition and
+origin offset): a reused transaction id names several halves, only one of
+which committed. The table is defined here for queries; it is created and
 evolved only by the Alembic migrations (``outbox db upgrade``), never by
 ``create_all``, so production schemas have one source of truth and a history.
 
@@ -105,6 +107,8 @@ def transaction_log_table(table: str = DEFAULT_TABLE, schema: str | None = None)
             nullable=False,
             server_default=sa.func.current_timestamp(),
         ),
+        sa.Column("half_partition", sa.Integer(), nullable=True),
+        sa.Column("half_offset", sa.BigInteger(), nullable=True),
         sa.PrimaryKeyConstraint("transaction_id", name=f"{target.table}_pkey"),
         sa.Index(f"ix_{target.table}_created_at", "created_at"),
         schema=target.schema,
@@ -116,8 +120,27 @@ def utc_from_timestamp(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, UTC)
 
 
+HALF_IDENTITY_COLUMNS = ("half_partition", "half_offset")
+"""Added by revision 0002: a table without them was migrated by an older version."""
+
+
 def table_exists(connection: Connection, target: LogTarget) -> bool:
     return sa.inspect(connection).has_table(target.table, schema=target.schema)
+
+
+def missing_column(connection: Connection, target: LogTarget) -> str | None:
+    """The first column this version writes that the table lacks (not yet upgraded)."""
+    columns = {c["name"] for c in sa.inspect(connection).get_columns(target.table, target.schema)}
+    return next((name for name in HALF_IDENTITY_COLUMNS if name not in columns), None)
+
+
+def outdated_table_error(target: LogTarget, column: str, url: object) -> TransactionLogMissingError:
+    shown = describe_url(url) if url is not None else None  # type: ignore[arg-type]
+    where = f" in {shown}" if shown else ""
+    return TransactionLogMissingError(
+        f"transaction-log table {target.qualified!r}{where} lacks column {column} "
+        f"(migrated by an older version): run {target.upgrade_hint(shown)}"
+    )
 
 
 def missing_table_error(target: LogTarget, url: object) -> TransactionLogMissingError:
