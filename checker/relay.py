@@ -277,10 +277,8 @@ class Relay:
             return  # a replaced consumer's last word
         starts = []
         for tp in partitions:
-            try:
-                position = self._restore(tp.partition)
-            except KafkaException as exc:
-                log.warning("relay cannot resume op partition %d yet: %s", tp.partition, exc)
+            position = self._try_restore(tp.partition)
+            if position is None:
                 self._unrestored.add(tp.partition)
                 starts.append(TopicPartition(self._topics.op, tp.partition))
                 continue
@@ -300,6 +298,19 @@ class Relay:
                 metrics.RELAY_LAG.remove(str(tp.partition))  # another replica reports it now
         consumer.incremental_unassign(partitions)
         log.info("stopped relaying op partitions %s", sorted(tp.partition for tp in partitions))
+
+    def _try_restore(self, partition: int) -> int | None:
+        """:meth:`_restore`, or ``None`` when it failed: the partition must wait for a retry.
+
+        Any failure, not only Kafka's (the op history unreadable, a checkpoint not
+        understood): an assigned partition in neither the memories nor the waiting
+        set would be orphaned, its decisions never published, its lag unseen.
+        """
+        try:
+            return self._restore(partition)
+        except Exception as exc:
+            log.warning("relay cannot resume op partition %d yet: %s", partition, exc)
+            return None
 
     def _restore(self, partition: int) -> int:
         """Rebuild a partition's decision memory from its committed offset; return that offset.
@@ -377,12 +388,15 @@ class Relay:
     def _resume(self) -> None:
         """Put each partition standing aside back at its committed offset, where it can be read."""
         for partition in sorted(self._unrestored):
-            try:
-                position = self._restore(partition)
-                self._consumer.seek(TopicPartition(self._topics.op, partition, position))
-            except KafkaException as exc:
+            position = self._try_restore(partition)
+            if position is not None:
+                try:
+                    self._consumer.seek(TopicPartition(self._topics.op, partition, position))
+                except KafkaException as exc:
+                    log.warning("relay cannot resume op partition %d yet: %s", partition, exc)
+                    position = None
+            if position is None:
                 self._stand_aside(partition)
-                log.warning("relay cannot resume op partition %d yet: %s", partition, exc)
                 continue
             self._unrestored.discard(partition)
 

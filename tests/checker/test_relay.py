@@ -19,6 +19,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from prometheus_client import REGISTRY
 
 from checker.relay import BatchReport, Relay, RelaySettings
+from outbox.errors import KafkaUnavailableError
 from outbox.protocol import (
     DiscardReason,
     DiscardRecord,
@@ -403,3 +404,43 @@ def test_a_partition_the_relay_could_not_rewind_does_not_skip_its_failed_batch(
         RewindFails.failing = False
         relay.close()
     assert published(t) == Counter({lost.transaction_id: 1, later.transaction_id: 1})
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [KafkaUnavailableError("op history unreadable"), ValueError("metadata not understood")],
+    ids=["unavailable", "value-error"],
+)
+def test_an_op_partition_whose_restore_fails_at_assignment_is_retried_not_orphaned(
+    outbox_topics: OutboxTopics, failure: Exception
+):
+    """Rebuilding a newly assigned partition's memory can fail with more than a KafkaException
+    (the op history unreadable, the committed metadata not understood). Such a partition must
+    wait to be restored again, not be dropped while assigned: its decisions would never be
+    published, its offsets never committed, and its lag unseen."""
+    t = outbox_topics
+    half = pending_half(t, f"orphan-{uuid.uuid4().hex[:6]}")
+    decide(t, half, write_half(t, half), COMMIT)
+
+    class FirstRestoreFails(Relay):
+        failures = 1
+
+        def _restore(self, partition: int) -> int:
+            if partition == 0 and FirstRestoreFails.failures:
+                FirstRestoreFails.failures -= 1
+                raise failure
+            return super()._restore(partition)
+
+    relay = FirstRestoreFails(
+        t.client_config,
+        t.names,
+        group_id=f"{t.names.prefix}.relay",
+        transactional_id=f"{t.names.prefix}.relay.{uuid.uuid4().hex[:8]}",
+        settings=RelaySettings(batch=100, timeout=5.0),
+    )
+    relay.start()  # run(): a failed batch is logged and the relay reads on
+    try:
+        wait_for(lambda: published(t) == Counter({half.transaction_id: 1}), 30, "published")
+        assert relay.partitions == [0, 1, 2]
+    finally:
+        relay.close()
