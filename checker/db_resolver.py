@@ -63,7 +63,7 @@ class DatabaseResolver:
             half_partition=half_partition,
             half_offset=copy.identity(half_offset),
         )
-        resolution = _RESOLUTIONS.get(self._check.answer(message))
+        resolution = _RESOLUTIONS.get(self._check.answer(message, copy.producer_group))
         if resolution is None:
             return []  # the log cannot tell yet: ask the producers instead
         op = OpRecord(

@@ -1,4 +1,4 @@
-"""Record which half a committed local transaction belongs to.
+"""Record which half a row belongs to, and rows that record a ROLLBACK answer.
 
 Revision ID: 0002
 Revises: 0001
@@ -9,6 +9,10 @@ halves then carry it, and the row alone cannot say which of them committed. The
 row now records the half's identity (half partition and origin offset), so a
 check-back about another half of the same id answers ROLLBACK. Rows written
 before this revision have no identity and answer by id, as they did.
+
+A check-back that answers ROLLBACK (no row past the grace period) now writes a
+``rolled_back`` row for the half, so a local transaction whose COMMIT was
+slower than the check cannot commit after it: one of the two rows wins.
 """
 
 from __future__ import annotations
@@ -29,10 +33,14 @@ def upgrade() -> None:
     with op.batch_alter_table(target.table, schema=target.schema) as table:
         table.add_column(sa.Column("half_partition", sa.Integer(), nullable=True))
         table.add_column(sa.Column("half_offset", sa.BigInteger(), nullable=True))
+        table.add_column(
+            sa.Column("rolled_back", sa.Boolean(), nullable=False, server_default=sa.false())
+        )
 
 
 def downgrade() -> None:
     target = current()
     with op.batch_alter_table(target.table, schema=target.schema) as table:
+        table.drop_column("rolled_back")
         table.drop_column("half_offset")
         table.drop_column("half_partition")
