@@ -52,7 +52,7 @@ from confluent_kafka import Message as KafkaMessage
 from confluent_kafka.admin import AdminClient
 
 from checker import metrics
-from checker.decision_memory import DecisionMemory
+from checker.decision_memory import DecisionMemory, SharedScan
 from checker.half_lookup import HalfLookup
 from checker.kafka_reader import TopicCursor, end_offsets
 from checker.watchdog import StuckError, call_with_deadline
@@ -511,9 +511,10 @@ class Relay:
         report = BatchReport(decisions=len(records))
         commits: dict[int, list[Decision]] = defaultdict(list)
         next_offsets: dict[int, int] = {}
-        for raw in records:
+        decisions = [(raw, _decode(raw)) for raw in records]
+        scans = self._shared_scans(decisions)
+        for raw, decision in decisions:
             next_offsets[raw.partition] = raw.offset + 1
-            decision = _decode(raw)
             if decision is None or decision.half_partition != raw.partition:
                 if decision is not None:
                     log.warning(
@@ -524,7 +525,7 @@ class Relay:
                     )
                 continue
             memory = self._memories[raw.partition]
-            if not memory.is_first(decision.identity, raw.offset, self._scanner(raw.partition)):
+            if not memory.is_first(decision.identity, raw.offset, scans[raw.partition]):
                 report.second_decisions += 1
                 continue
             if decision.commit:
@@ -625,15 +626,34 @@ class Relay:
             return None, problem
         return record, ""
 
-    def _scanner(self, partition: int) -> Callable[[int, int, int], bool]:
-        """The slow path for a decision below the memory's floor: read the op history."""
+    def _shared_scans(
+        self, decisions: list[tuple[RawRecord, Decision | None]]
+    ) -> dict[int, SharedScan]:
+        """Per op partition, one reading of its history for the batch's decisions below the
+        memory's floor (rare: decisions days late; a burst of them is read once)."""
+        below: dict[int, set[int]] = defaultdict(set)
+        spans: dict[int, tuple[int, int]] = {}
+        for raw, decision in decisions:
+            memory = self._memories[raw.partition]
+            if decision is not None and decision.identity < memory.origin_floor:
+                below[raw.partition].add(decision.identity)
+                low, _ = spans.get(raw.partition, (raw.offset, raw.offset))
+                spans[raw.partition] = (min(low, memory.lower_bound(decision.identity)), raw.offset)
+        scans = {}
+        for partition in {raw.partition for raw, _ in decisions}:
+            wanted = below[partition]
+            reader = self._history_reader(partition, wanted)
+            scans[partition] = SharedScan(reader, wanted, spans.get(partition))
+        return scans
 
-        def decided_before(identity: int, start: int, end: int) -> bool:
+    def _history_reader(self, partition: int, wanted: set[int]) -> Callable[[int, int], Any]:
+        """The slow path for decisions below the memory's floor: read the op history."""
+
+        def read(start: int, end: int) -> Any:
             log.info(
-                "op partition %d: a decision for half %d below the relay's window; "
-                "reading op history %d..%d",
+                "op partition %d: %d decisions below the relay's window; reading op history %d..%d",
                 partition,
-                identity,
+                len(wanted),
                 start,
                 end,
             )
@@ -641,17 +661,16 @@ class Relay:
             while offset < end:
                 batch = self._op_history.read(partition, offset, 500)
                 if not batch:
-                    return False
+                    return
                 for raw in batch:
                     if raw.offset >= end:
-                        return False
+                        return
                     decision = _decode(raw)
-                    if decision is not None and decision.identity == identity:
-                        return True
+                    if decision is not None:
+                        yield raw.offset, decision.identity
                 offset = batch[-1].offset + 1
-            return False
 
-        return decided_before
+        return read
 
 
 def _usable(message: KafkaMessage) -> bool:

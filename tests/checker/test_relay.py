@@ -444,3 +444,40 @@ def test_an_op_partition_whose_restore_fails_at_assignment_is_retried_not_orphan
         assert relay.partitions == [0, 1, 2]
     finally:
         relay.close()
+
+
+def test_a_burst_below_the_memory_floor_reads_the_op_history_once_per_batch(
+    outbox_topics: OutboxTopics,
+):
+    """Decisions below the window's floor are judged from the op history. A burst of them
+    (a ``discard resume --all``, a database resolver catching up) judged one by one rereads
+    that history per decision: a batch that outlasts the poll interval and repeats after the
+    rewind. One batch reads it once for all of them, and still judges each exactly."""
+    t = outbox_topics
+    halves = [pending_half(t, f"burst-{n}-{uuid.uuid4().hex[:6]}") for n in range(40)]
+    offsets = [offset for _, offset in write(t, *(h.to_record(t.names, 0) for h in halves))]
+
+    def ops(resolutions: list[Resolution]) -> list:
+        return [
+            OpRecord(h.transaction_id, h.producer_group, 0, o, r, 1).to_record(t.names)
+            for h, o, r in zip(halves, offsets, resolutions, strict=False)
+        ]
+
+    write(t, *ops([COMMIT] * 30))
+    with relay_of(t, memory=2, batch=500) as relay:
+        drain(relay)
+        reads = []
+        history = relay._op_history
+        original = history.read
+
+        def counted(partition: int, start: int, limit: int):
+            reads.append((partition, start))
+            return original(partition, start, limit)
+
+        history.read = counted  # type: ignore[method-assign]
+        write(t, *ops([COMMIT] * 30 + [ROLLBACK] * 5 + [COMMIT] * 5))  # 30 late, 10 first
+        drain(relay)
+    assert published(t) == Counter(
+        {h.transaction_id: 1 for n, h in enumerate(halves) if n < 30 or n >= 35}
+    )
+    assert len(reads) <= 3, f"{len(reads)} reads of the op history for one burst"
