@@ -163,6 +163,8 @@ class Relay:
         self._memories: dict[int, DecisionMemory] = {}
         self._relayed: dict[int, int] = {}
         """Per owned op partition, the offset after the last decision relayed and committed."""
+        self._half_ends: dict[int, int] = {}
+        """Per half partition, an end offset once read: an op naming a half past it is bogus."""
         self._unrestored: set[int] = set()
         """Owned op partitions not yet put back at their committed offset: their records wait."""
         self._in_transaction = False
@@ -339,7 +341,7 @@ class Relay:
                 if raw.offset >= position:
                     break
                 decision = _decode(raw)
-                if decision is not None:
+                if decision is not None and self._names_a_stored_half(decision):
                     memory.learn(decision.identity, raw.offset)
                     rebuilt += 1
             offset = batch[-1].offset + 1
@@ -524,6 +526,17 @@ class Relay:
                         decision.half_partition,
                     )
                 continue
+            if not self._names_a_stored_half(decision):
+                log.warning(
+                    "op at %s[%d] names half %d:%d (origin %d), which its half partition "
+                    "cannot hold; ignored",
+                    raw.topic,
+                    raw.offset,
+                    decision.half_partition,
+                    decision.half_offset,
+                    decision.identity,
+                )
+                continue
             memory = self._memories[raw.partition]
             if not memory.is_first(decision.identity, raw.offset, scans[raw.partition]):
                 report.second_decisions += 1
@@ -625,6 +638,20 @@ class Relay:
         if problem is not None:
             return None, problem
         return record, ""
+
+    def _names_a_stored_half(self, decision: Decision) -> bool:
+        """Whether the op can decide a half that is stored: its origin is no later than the
+        copy it names, which lies below the half partition's end. A bogus huge offset would
+        otherwise be the highest identity in the memory's window, never dropped, and pin
+        the window's op floor (every restart re-reading the op partition from it)."""
+        if decision.identity > decision.half_offset:
+            return False
+        end = self._half_ends.get(decision.half_partition, 0)
+        if decision.half_offset >= end:  # past the end known: ask again (the half came first)
+            tp = TopicPartition(self._topics.half, decision.half_partition)
+            _, end = self._consumer.get_watermark_offsets(tp, timeout=self._settings.timeout)
+            self._half_ends[decision.half_partition] = end
+        return decision.half_offset < end
 
     def _shared_scans(
         self, decisions: list[tuple[RawRecord, Decision | None]]

@@ -481,3 +481,27 @@ def test_a_burst_below_the_memory_floor_reads_the_op_history_once_per_batch(
         {h.transaction_id: 1 for n, h in enumerate(halves) if n < 30 or n >= 35}
     )
     assert len(reads) <= 3, f"{len(reads)} reads of the op history for one burst"
+
+
+def test_an_op_naming_a_half_beyond_the_half_partition_does_not_pin_the_memory_floor(
+    outbox_topics: OutboxTopics,
+):
+    """A bogus op (a huge origin offset, from a buggy or hostile writer) named the highest
+    identity, which the memory's window never drops: its op offset pinned the window's op
+    floor, so every restart re-read the op partition from there, for ever. An op for a half
+    the partition cannot hold yet is no decision; it is ignored with a warning."""
+    t = outbox_topics
+    bogus = pending_half(t, f"bogus-{uuid.uuid4().hex[:6]}")
+    write(t, OpRecord(bogus.transaction_id, "orders", 0, 10**12, COMMIT, 1).to_record(t.names))
+    halves = [pending_half(t, f"after-{n}-{uuid.uuid4().hex[:6]}") for n in range(8)]
+    offsets = [offset for _, offset in write(t, *(h.to_record(t.names, 0) for h in halves))]
+    ops = [
+        OpRecord(h.transaction_id, h.producer_group, 0, o, COMMIT, 1).to_record(t.names)
+        for h, o in zip(halves, offsets, strict=True)
+    ]
+    write(t, *ops)
+    with relay_of(t, memory=2) as relay:
+        drain(relay)
+        floor = relay._memories[0].op_floor
+    assert published(t) == Counter({h.transaction_id: 1 for h in halves})
+    assert floor > 0, "the bogus op at op offset 0 still holds the memory's floor"
