@@ -297,10 +297,11 @@ def test_finish_latency_counts_from_the_halves_store_time_to_its_publication(
     original_at = write_half(t, original)
     (stored,) = [r.timestamp_ms for r in t.read(t.names.half) if r.offset == original_at]
     assert stored is not None
-    copied = pending_half(t, "copied").put_back(offset=999, stored_ms=stored - 60_000)
+    copied_origin_at = write_half(t, pending_half(t, "copied"))  # a copy follows its origin
+    copied = pending_half(t, "copied").put_back(copied_origin_at, stored_ms=stored - 60_000)
     rolled_back = pending_half(t, "rolled-back")
     decide(t, original, original_at, COMMIT)
-    decide(t, copied, write_half(t, copied), COMMIT, origin=999)
+    decide(t, copied, write_half(t, copied), COMMIT, origin=copied_origin_at)
     decide(t, rolled_back, write_half(t, rolled_back), ROLLBACK)
     labels = {"real_topic": t.real_topic, "group": "orders"}
     with relay_of(t, now_ms=lambda: stored + 2_500) as relay:
