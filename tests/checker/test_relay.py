@@ -66,6 +66,19 @@ def relay_of(
         relay.close()
 
 
+def a_relay(
+    kind: type[Relay], topics: OutboxTopics, transactional_id: str, timeout: float = 5.0
+) -> Relay:
+    """A relay of ``kind`` (a subclass with a fault) in the test's relay group, not started."""
+    return kind(
+        topics.client_config,
+        topics.names,
+        group_id=f"{topics.names.prefix}.relay",
+        transactional_id=transactional_id,
+        settings=RelaySettings(batch=100, timeout=timeout),
+    )
+
+
 def drain(relay: Relay, quiet_seconds: float = 1.5) -> None:
     """Pump until nothing arrived for ``quiet_seconds``."""
     last = time.monotonic()
@@ -243,13 +256,7 @@ def test_a_stuck_relay_transaction_is_abandoned_fenced_and_its_batch_published_o
                 return
             super()._transact(producer, outgoing, offsets, group)
 
-    relay = HangsOnce(
-        t.client_config,
-        t.names,
-        group_id=f"{t.names.prefix}.relay",
-        transactional_id=f"{t.names.prefix}.relay.stuck",
-        settings=RelaySettings(batch=100, timeout=2.0),
-    )
+    relay = a_relay(HangsOnce, t, f"{t.names.prefix}.relay.stuck", timeout=2.0)
     relay.start()
     try:
         wait_for(lambda: HangsOnce.hung, what="the stuck batch")
@@ -432,13 +439,7 @@ def test_an_op_partition_whose_restore_fails_at_assignment_is_retried_not_orphan
                 raise failure
             return super()._restore(partition)
 
-    relay = FirstRestoreFails(
-        t.client_config,
-        t.names,
-        group_id=f"{t.names.prefix}.relay",
-        transactional_id=f"{t.names.prefix}.relay.{uuid.uuid4().hex[:8]}",
-        settings=RelaySettings(batch=100, timeout=5.0),
-    )
+    relay = a_relay(FirstRestoreFails, t, f"{t.names.prefix}.relay.{uuid.uuid4().hex[:8]}")
     relay.start()  # run(): a failed batch is logged and the relay reads on
     try:
         wait_for(lambda: published(t) == Counter({half.transaction_id: 1}), 30, "published")
