@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: install kafka-jars demo chaos test lint format clean bench bench-producer bench-checker spark-jars bench-sink
+.PHONY: install kafka-jars demo chaos test lint format clean bench bench-producer bench-checker spark-jars bench-sink model
 
 # The library with its test extras, and next to it the developer tooling
 # (devtools/: local runtimes, demo, chaos, pytest plugin), which is not in the
@@ -51,6 +51,11 @@ bench-checker: kafka-jars
 
 bench-sink: kafka-jars spark-jars
 	$(BIN)/python -m bench.sink
+
+# The Hypothesis model of the protocol (tests/model), far longer than the suite's short run.
+MODEL_EXAMPLES ?= 5000
+model: install
+	OUTBOX_MODEL_EXAMPLES=$(MODEL_EXAMPLES) $(BIN)/pytest tests/model -q
 
 lint: install
 	$(BIN)/ruff check .

@@ -60,8 +60,10 @@ class DatabaseResolver:
             transaction_id=copy.transaction_id,
             check_times=copy.check_times,
             born_ms=copy.born_ms,
+            half_partition=half_partition,
+            half_offset=copy.identity(half_offset),
         )
-        resolution = _RESOLUTIONS.get(self._check.answer(message))
+        resolution = _RESOLUTIONS.get(self._check.answer(message, copy.producer_group))
         if resolution is None:
             return []  # the log cannot tell yet: ask the producers instead
         op = OpRecord(

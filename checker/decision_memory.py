@@ -17,6 +17,10 @@ position. Kept whole it would grow without end; this keeps it exact anyway:
   it stays short: a lower bound for a higher identity is still a bound);
 - a decision for an identity below the floor (rare: a decision days late) is
   judged by scanning the op partition from the index's bound up to that op.
+  A burst of them (a ``discard resume --all``, a database resolver catching
+  up) shares one scan per batch (:class:`SharedScan`): judged one by one,
+  each would reread the history, and the batch could outlast the poll
+  interval, be rewound and repeat for ever.
 
 The floor and the index ride in the metadata of the relay's committed offset,
 written in the same Kafka transaction as the records published, so a restarted
@@ -27,7 +31,7 @@ partition from ``op_floor`` to the committed offset.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 
 _FORMAT = "relay1"
@@ -36,6 +40,59 @@ MAX_INDEX = 24
 
 Scan = Callable[[int, int, int], bool]
 """``scan(identity, from_offset, to_offset)``: whether an op in [from, to) decides ``identity``."""
+
+ReadOps = Callable[[int, int], Iterable[tuple[int, int]]]
+"""``read(from_offset, to_offset)``: (op offset, identity) of each decision in [from, to)."""
+
+
+class SharedScan:
+    """One reading of an op partition's history, shared by the below-floor decisions of a batch.
+
+    Only ``wanted`` identities (the batch's decisions below the floor) are noted,
+    so what it holds is bounded by the batch. The first question reads the whole
+    ``span`` the batch needs; a question beyond it widens the range read, never
+    rereads it: a batch reads each op of the history at most once.
+    """
+
+    def __init__(
+        self, read: ReadOps, wanted: Collection[int], span: tuple[int, int] | None = None
+    ) -> None:
+        """``span``: the range the batch's questions will cover, read at the first one."""
+        self._read = read
+        self._wanted = set(wanted)
+        self._span = span
+        self._range: tuple[int, int] | None = None
+        self._first: dict[int, int] = {}
+
+    def __call__(self, identity: int, start: int, end: int) -> bool:
+        """A :data:`Scan`: whether an op in [start, end) decides ``identity``.
+
+        ``start`` is the memory's lower bound: no op before it names ``identity``.
+        """
+        if identity not in self._wanted:
+            raise ValueError(f"identity {identity} was not announced to this scan")
+        self._cover(start, end)
+        first = self._first.get(identity)
+        return first is not None and start <= first < end
+
+    def _cover(self, start: int, end: int) -> None:
+        if self._range is None:
+            if self._span is not None:
+                start, end = min(start, self._span[0]), max(end, self._span[1])
+            self._note(start, end)
+            self._range = (start, end)
+            return
+        low, high = self._range
+        if start < low:
+            self._note(start, low)
+        if end > high:
+            self._note(high, end)
+        self._range = (min(low, start), max(high, end))
+
+    def _note(self, start: int, end: int) -> None:
+        for offset, identity in self._read(start, end):
+            if identity in self._wanted and offset < self._first.get(identity, end + 1):
+                self._first[identity] = offset
 
 
 @dataclass

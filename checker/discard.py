@@ -31,7 +31,10 @@ whole half topic and cannot tell a resumed copy from a put-back one.
 
 Readers of the discard topic must skip records whose kind is not ``discard``
 (``list`` does). A discarded half that was malformed cannot be resumed: there is
-nothing valid to put back; it stays listed with the decoding problem.
+nothing valid to put back; it stays listed with the decoding problem. Nor can an
+``unpublishable`` one (committed, its real record refused by the real topic): its
+decision is made, so a copy put back would only collect a second decision,
+which the relay ignores; it stays listed with the reason.
 """
 
 from __future__ import annotations
@@ -153,6 +156,16 @@ class DiscardedHalf:
         if record.reason is DiscardReason.MALFORMED:
             why = record.detail or "undecodable"
             return cls(raw, record, None, f"it was discarded as malformed ({why})")
+        if record.reason is DiscardReason.UNPUBLISHABLE:
+            why = record.detail or "unpublishable"
+            return cls(
+                raw,
+                record,
+                None,
+                f"it is already committed and its record could not be published ({why}); "
+                "put back, it would be asked about again and the answer, a second decision, "
+                "publishes nothing: fix the cause and publish the record listed here yourself",
+            )
         try:
             return cls(raw, record, record.original_half(), None)
         except MalformedRecordError as exc:

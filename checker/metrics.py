@@ -32,6 +32,12 @@ ROUND_SECONDS = Histogram(
     "Duration of one round over every owned partition.",
     buckets=(0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 120),
 )
+HALVES_LOST_TO_RETENTION = Counter(
+    "outbox_checker_halves_lost_to_retention",
+    "Half records deleted by the half topic's retention before any check round read them "
+    "(the checker was away longer than the retention): some may have had no decision.",
+    ["partition"],
+)
 CHECKPOINT_LAG = Gauge(
     "outbox_checker_checkpoint_lag",
     "Records between the half checkpoint and the end of the half partition.",

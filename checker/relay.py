@@ -52,7 +52,7 @@ from confluent_kafka import Message as KafkaMessage
 from confluent_kafka.admin import AdminClient
 
 from checker import metrics
-from checker.decision_memory import DecisionMemory
+from checker.decision_memory import DecisionMemory, SharedScan
 from checker.half_lookup import HalfLookup
 from checker.kafka_reader import TopicCursor, end_offsets
 from checker.watchdog import StuckError, call_with_deadline
@@ -163,6 +163,8 @@ class Relay:
         self._memories: dict[int, DecisionMemory] = {}
         self._relayed: dict[int, int] = {}
         """Per owned op partition, the offset after the last decision relayed and committed."""
+        self._half_ends: dict[int, int] = {}
+        """Per half partition, an end offset once read: an op naming a half past it is bogus."""
         self._unrestored: set[int] = set()
         """Owned op partitions not yet put back at their committed offset: their records wait."""
         self._in_transaction = False
@@ -277,10 +279,8 @@ class Relay:
             return  # a replaced consumer's last word
         starts = []
         for tp in partitions:
-            try:
-                position = self._restore(tp.partition)
-            except KafkaException as exc:
-                log.warning("relay cannot resume op partition %d yet: %s", tp.partition, exc)
+            position = self._try_restore(tp.partition)
+            if position is None:
                 self._unrestored.add(tp.partition)
                 starts.append(TopicPartition(self._topics.op, tp.partition))
                 continue
@@ -300,6 +300,19 @@ class Relay:
                 metrics.RELAY_LAG.remove(str(tp.partition))  # another replica reports it now
         consumer.incremental_unassign(partitions)
         log.info("stopped relaying op partitions %s", sorted(tp.partition for tp in partitions))
+
+    def _try_restore(self, partition: int) -> int | None:
+        """:meth:`_restore`, or ``None`` when it failed: the partition must wait for a retry.
+
+        Any failure, not only Kafka's (the op history unreadable, a checkpoint not
+        understood): an assigned partition in neither the memories nor the waiting
+        set would be orphaned, its decisions never published, its lag unseen.
+        """
+        try:
+            return self._restore(partition)
+        except Exception as exc:
+            log.warning("relay cannot resume op partition %d yet: %s", partition, exc)
+            return None
 
     def _restore(self, partition: int) -> int:
         """Rebuild a partition's decision memory from its committed offset; return that offset.
@@ -328,7 +341,7 @@ class Relay:
                 if raw.offset >= position:
                     break
                 decision = _decode(raw)
-                if decision is not None:
+                if decision is not None and self._names_a_stored_half(decision):
                     memory.learn(decision.identity, raw.offset)
                     rebuilt += 1
             offset = batch[-1].offset + 1
@@ -377,12 +390,15 @@ class Relay:
     def _resume(self) -> None:
         """Put each partition standing aside back at its committed offset, where it can be read."""
         for partition in sorted(self._unrestored):
-            try:
-                position = self._restore(partition)
-                self._consumer.seek(TopicPartition(self._topics.op, partition, position))
-            except KafkaException as exc:
+            position = self._try_restore(partition)
+            if position is not None:
+                try:
+                    self._consumer.seek(TopicPartition(self._topics.op, partition, position))
+                except KafkaException as exc:
+                    log.warning("relay cannot resume op partition %d yet: %s", partition, exc)
+                    position = None
+            if position is None:
                 self._stand_aside(partition)
-                log.warning("relay cannot resume op partition %d yet: %s", partition, exc)
                 continue
             self._unrestored.discard(partition)
 
@@ -497,9 +513,10 @@ class Relay:
         report = BatchReport(decisions=len(records))
         commits: dict[int, list[Decision]] = defaultdict(list)
         next_offsets: dict[int, int] = {}
-        for raw in records:
+        decisions = [(raw, _decode(raw)) for raw in records]
+        scans = self._shared_scans(decisions)
+        for raw, decision in decisions:
             next_offsets[raw.partition] = raw.offset + 1
-            decision = _decode(raw)
             if decision is None or decision.half_partition != raw.partition:
                 if decision is not None:
                     log.warning(
@@ -509,8 +526,19 @@ class Relay:
                         decision.half_partition,
                     )
                 continue
+            if not self._names_a_stored_half(decision):
+                log.warning(
+                    "op at %s[%d] names half %d:%d (origin %d), which its half partition "
+                    "cannot hold; ignored",
+                    raw.topic,
+                    raw.offset,
+                    decision.half_partition,
+                    decision.half_offset,
+                    decision.identity,
+                )
+                continue
             memory = self._memories[raw.partition]
-            if not memory.is_first(decision.identity, raw.offset, self._scanner(raw.partition)):
+            if not memory.is_first(decision.identity, raw.offset, scans[raw.partition]):
                 report.second_decisions += 1
                 continue
             if decision.commit:
@@ -611,15 +639,48 @@ class Relay:
             return None, problem
         return record, ""
 
-    def _scanner(self, partition: int) -> Callable[[int, int, int], bool]:
-        """The slow path for a decision below the memory's floor: read the op history."""
+    def _names_a_stored_half(self, decision: Decision) -> bool:
+        """Whether the op can decide a half that is stored: its origin is no later than the
+        copy it names, which lies below the half partition's end. A bogus huge offset would
+        otherwise be the highest identity in the memory's window, never dropped, and pin
+        the window's op floor (every restart re-reading the op partition from it)."""
+        if decision.identity > decision.half_offset:
+            return False
+        end = self._half_ends.get(decision.half_partition, 0)
+        if decision.half_offset >= end:  # past the end known: ask again (the half came first)
+            tp = TopicPartition(self._topics.half, decision.half_partition)
+            _, end = self._consumer.get_watermark_offsets(tp, timeout=self._settings.timeout)
+            self._half_ends[decision.half_partition] = end
+        return decision.half_offset < end
 
-        def decided_before(identity: int, start: int, end: int) -> bool:
+    def _shared_scans(
+        self, decisions: list[tuple[RawRecord, Decision | None]]
+    ) -> dict[int, SharedScan]:
+        """Per op partition, one reading of its history for the batch's decisions below the
+        memory's floor (rare: decisions days late; a burst of them is read once)."""
+        below: dict[int, set[int]] = defaultdict(set)
+        spans: dict[int, tuple[int, int]] = {}
+        for raw, decision in decisions:
+            memory = self._memories[raw.partition]
+            if decision is not None and decision.identity < memory.origin_floor:
+                below[raw.partition].add(decision.identity)
+                low, _ = spans.get(raw.partition, (raw.offset, raw.offset))
+                spans[raw.partition] = (min(low, memory.lower_bound(decision.identity)), raw.offset)
+        scans = {}
+        for partition in {raw.partition for raw, _ in decisions}:
+            wanted = below[partition]
+            reader = self._history_reader(partition, wanted)
+            scans[partition] = SharedScan(reader, wanted, spans.get(partition))
+        return scans
+
+    def _history_reader(self, partition: int, wanted: set[int]) -> Callable[[int, int], Any]:
+        """The slow path for decisions below the memory's floor: read the op history."""
+
+        def read(start: int, end: int) -> Any:
             log.info(
-                "op partition %d: a decision for half %d below the relay's window; "
-                "reading op history %d..%d",
+                "op partition %d: %d decisions below the relay's window; reading op history %d..%d",
                 partition,
-                identity,
+                len(wanted),
                 start,
                 end,
             )
@@ -627,17 +688,16 @@ class Relay:
             while offset < end:
                 batch = self._op_history.read(partition, offset, 500)
                 if not batch:
-                    return False
+                    return
                 for raw in batch:
                     if raw.offset >= end:
-                        return False
+                        return
                     decision = _decode(raw)
-                    if decision is not None and decision.identity == identity:
-                        return True
+                    if decision is not None:
+                        yield raw.offset, decision.identity
                 offset = batch[-1].offset + 1
-            return False
 
-        return decided_before
+        return read
 
 
 def _usable(message: KafkaMessage) -> bool:

@@ -435,9 +435,25 @@ class Checker:
             log.info("partition %d has no checkpoint: starting at the beginning", partition)
             return Checkpoint(half_low, op_low)
         op = decode_checkpoint(committed.metadata)
+        if committed.offset < half_low:
+            self._report_lost_to_retention(partition, committed.offset, half_low)
         checkpoint = Checkpoint(max(committed.offset, half_low), max(op or op_low, op_low))
         self._rebuild_ended(partition, checkpoint)
         return checkpoint
+
+    def _report_lost_to_retention(self, partition: int, checkpoint: int, low: int) -> None:
+        """Halves deleted before any round read them were never checked: say so loudly."""
+        lost = low - checkpoint
+        metrics.HALVES_LOST_TO_RETENTION.labels(str(partition)).inc(lost)
+        log.error(
+            "half partition %d: %d half records (offsets %d..%d) were deleted by retention "
+            "before the checker read them; any without a decision is lost: keep the checker "
+            "running, or raise the half topic's retention.ms above the longest outage",
+            partition,
+            lost,
+            checkpoint,
+            low - 1,
+        )
 
     def _rebuild_ended(self, partition: int, checkpoint: Checkpoint) -> None:
         """Re-read recent op history, so copies of ended transactions stay skipped."""

@@ -68,6 +68,13 @@ class Message:
     otherwise the producer assigns one, and the message handed to the listener
     carries it. ``check_times`` and ``born_ms`` are filled in on messages the
     listener receives for a check.
+
+    ``half_partition`` and ``half_offset`` are filled in on every message the
+    listener receives: the identity of the half record it is asked about (its
+    half partition and its origin offset, the same on every copy of it). A
+    reused ``transaction_id`` names several halves; a listener that answers a
+    check by id must commit only the half whose local transaction committed,
+    as :class:`outbox.sql.SqlTransactionListener` does by recording it.
     """
 
     topic: str
@@ -79,6 +86,8 @@ class Message:
     transaction_id: str | None = None
     check_times: int = 0
     born_ms: int | None = None
+    half_partition: int | None = None
+    half_offset: int | None = None
 
 
 @dataclass(frozen=True)

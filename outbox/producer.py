@@ -464,7 +464,9 @@ class TransactionProducer:
             span.set_attribute("outbox.half_offset", half_offset)
         log.debug("half written transaction_id=%s offset=%d", transaction_id, half_offset)
 
-        state, local_error = yield from self._local_transaction(message, half, arg, span)
+        state, local_error = yield from self._local_transaction(
+            message, half, half_partition, half_offset, arg, span
+        )
         end_status, end_error = yield from self._end(
             half, half_partition, half_offset, half_offset, state, origin="send", parent=span
         )
@@ -486,9 +488,15 @@ class TransactionProducer:
         return Write(record, failure, timeout, time.monotonic() + timeout, wait)
 
     def _local_transaction(
-        self, message: Message, half: HalfRecord, arg: Any, parent: Any
+        self,
+        message: Message,
+        half: HalfRecord,
+        half_partition: int,
+        half_offset: int,
+        arg: Any,
+        parent: Any,
     ) -> Flow[tuple[LocalTransactionState, BaseException | None]]:
-        stamped = _stamped(message, half.transaction_id, half.born_ms)
+        stamped = _stamped(message, half, half_partition, half_offset)
         recorded: list[BaseException] = []
         token = _local_errors.set(recorded)
         try:
@@ -616,6 +624,7 @@ class TransactionProducer:
 
     def _answer_check_in_span(self, request: CheckRequest, span: Any) -> None:
         half = request.half
+        identity = half.identity(request.half_offset)
         message = Message(
             topic=half.real_topic,
             value=half.value if half.value is not None else b"",
@@ -626,6 +635,8 @@ class TransactionProducer:
             transaction_id=half.transaction_id,
             check_times=half.check_times,
             born_ms=half.born_ms,
+            half_partition=request.half_partition,
+            half_offset=identity,
         )
         try:
             answer = self._ask_listener(message)
@@ -640,7 +651,6 @@ class TransactionProducer:
         span.set_attribute("outbox.local_transaction_state", state.value)
         self._metrics.child(metrics.CHECKS_ANSWERED, state.value).inc()
         log.info("check answered transaction_id=%s state=%s", half.transaction_id, state.value)
-        identity = half.identity(request.half_offset)
         self._run(
             self._end(
                 half,
@@ -703,20 +713,26 @@ class _OnewayReport:
         )
 
 
-def _stamped(message: Message, transaction_id: str, born_ms: int) -> Message:
-    """``message`` with the send's transaction id and born time, for the listener.
+def _stamped(message: Message, half: HalfRecord, half_partition: int, half_offset: int) -> Message:
+    """``message`` as the listener sees it: the send's transaction id, born time, and the
+    half it is about (its partition and offset), which the SQL log records.
 
     ``dataclasses.replace`` without its per-call field introspection: a copy
-    of the instance's fields, two of them set anew. A subclass (which may keep
+    of the instance's fields, four of them set anew. A subclass (which may keep
     fields in slots) goes through ``replace``.
     """
+    stamps = {
+        "transaction_id": half.transaction_id,
+        "born_ms": half.born_ms,
+        "half_partition": half_partition,
+        "half_offset": half_offset,
+    }
     if type(message) is not Message:
-        return dataclasses.replace(message, transaction_id=transaction_id, born_ms=born_ms)
+        return dataclasses.replace(message, **stamps)
     stamped = object.__new__(type(message))
     fields = stamped.__dict__
     fields.update(message.__dict__)
-    fields["transaction_id"] = transaction_id
-    fields["born_ms"] = born_ms
+    fields.update(stamps)
     return stamped
 
 

@@ -67,4 +67,4 @@ class AsyncSqlTransactionListener(
     async def check_local_transaction(self, message: Message) -> LocalTransactionState:
         """Look the transaction id up; no row means ROLLBACK only once the grace is over."""
         async with self._session_factory() as session:
-            return await session.run_sync(self._check.answer_on, message)
+            return await session.run_sync(self._check.answer_on, message, self.group)

@@ -46,3 +46,12 @@ class LocalTransactionTooSlowError(TransactionLogError):
     A check-back may already have found no log row and answered ROLLBACK for a
     half that old; committing now would leave a business row with no event.
     """
+
+
+class LocalTransactionRolledBackByCheckError(TransactionLogError):
+    """A check-back already answered ROLLBACK for this half, so it was rolled back.
+
+    The check found no log row past the grace period (the local transaction was
+    slower than it, or the checking host's clock runs ahead) and recorded its
+    answer in the log; committing now would leave a change with no event.
+    """

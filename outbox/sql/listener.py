@@ -12,8 +12,16 @@ business function (or the insert) raises  ROLLBACK_MESSAGE: nothing was
 COMMIT itself fails, outcome unknown      UNKNOW: the server may have
 (connection lost mid-COMMIT)              committed; the check-back finds out
 ``check_local_transaction``
-log row present                           COMMIT_MESSAGE
-no row, half older than the grace period  ROLLBACK_MESSAGE
+log row present, for this half            COMMIT_MESSAGE
+ROLLBACK row for this half                ROLLBACK_MESSAGE (an earlier answer)
+log row present, for another half of the  ROLLBACK_MESSAGE: the id is reused;
+same id                                   its row (the primary key) is taken,
+                                          so this half can never commit
+no row, half older than the grace period  ROLLBACK_MESSAGE, written down first
+                                          as a ROLLBACK row for the half: a
+                                          local transaction still committing
+                                          (a slow COMMIT) either shows its row
+                                          first, or is refused its own
 no row, half younger                      UNKNOW: the transaction may still
                                           be running; the checker asks again
 the database fails or is unreachable      UNKNOW, never ROLLBACK: an error
@@ -46,14 +54,20 @@ from outbox.sql.engine import unavailable
 from outbox.sql.errors import (
     CommitOutcomeUnknownError,
     LocalTransactionMisuseError,
+    LocalTransactionRolledBackByCheckError,
     LocalTransactionTooSlowError,
 )
 from outbox.sql.log import (
     DEFAULT_TABLE,
+    REVISION_0002_COLUMNS,
     LogTarget,
+    missing_column,
     missing_table_error,
+    outdated_table_error,
     table_exists,
     transaction_log_table,
+    upsert,
+    upserted,
     utc_from_timestamp,
 )
 
@@ -96,30 +110,80 @@ class TransactionLogRule:
         self.grace_seconds = float(grace_seconds)
         self._target = target
         self._clock = clock
-        table = transaction_log_table(target.table, target.schema)
-        self._lookup = sa.select(table.c.transaction_id).where(
-            table.c.transaction_id == sa.bindparam("transaction_id")
-        )
+        self._table = table = transaction_log_table(target.table, target.schema)
+        self._lookup = lookup_statement(table)
 
-    def answer_on(self, session: Session, message: Message) -> LocalTransactionState:
-        """Look the transaction id up; no row means ROLLBACK only once the grace is over."""
+    def answer_on(
+        self, session: Session, message: Message, group: str = ""
+    ) -> LocalTransactionState:
+        """The row for this half answers; without one, the age of the half does.
+
+        A ROLLBACK for a missing row is written down first (a ``rolled_back``
+        row for the half, in ``group``), so that a local transaction still
+        committing either shows its row to this check or is refused its own.
+        """
         transaction_id = message.transaction_id
         try:
-            found = session.execute(self._lookup, {"transaction_id": transaction_id}).first()
+            verdict = _verdict(
+                session.execute(self._lookup, {"id": transaction_id}).first(), message
+            )
+            if verdict is not None:
+                return verdict
+            if message.born_ms is None:
+                log.warning("checked message has no born_ms; answering UNKNOW")
+                return UNKNOW
+            if self._clock() - message.born_ms / 1000 < self.grace_seconds:
+                return UNKNOW
+            verdict = _verdict(self._record_rollback(session, message, group), message)
         except Exception as exc:
+            _rollback_quietly(session)
             log.warning(
                 "transaction log lookup failed; answering UNKNOW transaction_id=%s error=%r",
                 transaction_id,
                 explain_database_error(exc, _probe_sessions(session), self._target),
             )
             return UNKNOW
-        if found is not None:
-            return COMMIT
-        if message.born_ms is None:
-            log.warning("checked message has no born_ms; answering UNKNOW")
-            return UNKNOW
-        age = self._clock() - message.born_ms / 1000
-        return ROLLBACK if age >= self.grace_seconds else UNKNOW
+        return UNKNOW if verdict is None else verdict
+
+    def _record_rollback(self, session: Session, message: Message, group: str) -> Any:
+        """Write this half's ROLLBACK row unless a committed row won; the row that stands."""
+        table = self._table
+        values = _row(message, group, self._clock(), rolled_back=True)
+        session.execute(upsert(table, session.get_bind().dialect.name, values, table.c.rolled_back))
+        session.commit()
+        return session.execute(self._lookup, {"id": message.transaction_id}).first()
+
+
+def lookup_statement(table: sa.Table) -> sa.Select[Any]:
+    """The log row of a transaction id (bound as ``id``), as far as a check-back needs it."""
+    return sa.select(table.c.half_partition, table.c.half_offset, table.c.rolled_back).where(
+        table.c.transaction_id == sa.bindparam("id")
+    )
+
+
+def _row(message: Message, group: str, now: float, *, rolled_back: bool) -> dict[str, object]:
+    return {
+        "transaction_id": message.transaction_id,
+        "producer_group": group,
+        "created_at": utc_from_timestamp(now),
+        "half_partition": message.half_partition,
+        "half_offset": message.half_offset,
+        "rolled_back": rolled_back,
+    }
+
+
+def _verdict(row: Any, message: Message) -> LocalTransactionState | None:
+    """What the log row of the id says of the half ``message`` names; ``None``: nothing yet.
+
+    A committed row of another half means this one can never commit (the id is
+    taken); a ROLLBACK row of another half says nothing of this one, whose local
+    transaction may still take the id over.
+    """
+    if row is None:
+        return None
+    if row.rolled_back:
+        return ROLLBACK if _same_half(row, message) else None
+    return COMMIT if _same_half(row, message) else ROLLBACK
 
 
 class TransactionLogCheck(TransactionLogRule):
@@ -136,10 +200,10 @@ class TransactionLogCheck(TransactionLogRule):
         super().__init__(target, grace_seconds=grace_seconds, clock=clock)
         self._session_factory = session_factory
 
-    def answer(self, message: Message) -> LocalTransactionState:
+    def answer(self, message: Message, group: str = "") -> LocalTransactionState:
         """Look the transaction id up; no row means ROLLBACK only once the grace is over."""
         with self._session_factory() as session:
-            return self.answer_on(session, message)
+            return self.answer_on(session, message, group)
 
 
 _Factory = TypeVar("_Factory", bound=Callable[[], Any])
@@ -180,6 +244,7 @@ class TransactionLogListener(Generic[_Factory, _Business]):
         self._business = business
         self._clock = clock
         self._table = transaction_log_table(self.target.table, self.target.schema)
+        self._lookup = lookup_statement(self._table)
 
     def _verify_on(self, session: Session) -> None:
         try:
@@ -188,6 +253,9 @@ class TransactionLogListener(Generic[_Factory, _Business]):
             raise unavailable(session.get_bind(), exc) from None  # type: ignore[arg-type]
         if not exists:
             raise missing_table_error(self.target, session.get_bind().url)
+        column = missing_column(session.connection(), self.target)
+        if column is not None:
+            raise outdated_table_error(self.target, column, session.get_bind().url)
 
     def _execute_on(
         self, session: Session, message: Message, business: Callable[[], object]
@@ -206,13 +274,7 @@ class TransactionLogListener(Generic[_Factory, _Business]):
                 log.info("business function rolled back transaction_id=%s", transaction_id)
                 return ROLLBACK
             stage = "log"
-            session.execute(
-                sa.insert(self._table).values(
-                    transaction_id=transaction_id,
-                    producer_group=self.group,
-                    created_at=utc_from_timestamp(self._clock()),
-                )
-            )
+            self._insert_row(session, message)
             session.flush()
             self._require_in_time(message)
         except Exception as exc:
@@ -247,6 +309,36 @@ class TransactionLogListener(Generic[_Factory, _Business]):
             record_local_transaction_error(unknown)
             return UNKNOW
         return COMMIT
+
+    def _insert_row(self, session: Session, message: Message) -> None:
+        """This half's row; it may take over the ROLLBACK row of another half of its id.
+
+        Not its own: a check-back answered ROLLBACK for this very half. A
+        committed row is refused by the database (IntegrityError), as ever.
+        """
+        table = self._table
+        values = _row(message, self.group, self._clock(), rolled_back=False)
+        if message.half_partition is None or message.half_offset is None:
+            taken_over_when: sa.ColumnElement[bool] = sa.false()  # no half to tell apart
+        else:  # a row of no half (NULL) compares as unknown: not taken over either
+            taken_over_when = sa.and_(
+                table.c.rolled_back,
+                sa.or_(
+                    table.c.half_partition != sa.literal(message.half_partition),
+                    table.c.half_offset != sa.literal(message.half_offset),
+                ),
+            )
+        dialect = session.get_bind().dialect.name
+        if upserted(session.execute(upsert(table, dialect, values, taken_over_when))):
+            return
+        row = session.execute(self._lookup, {"id": message.transaction_id}).first()
+        if row is not None and row.rolled_back:
+            raise LocalTransactionRolledBackByCheckError(
+                f"a check-back already answered ROLLBACK for transaction "
+                f"{message.transaction_id} (its COMMIT came too late, or the checking host's "
+                "clock runs ahead); rolled back instead of committed"
+            )
+        session.execute(sa.insert(table).values(values))  # the id is committed: refused
 
     def _require_open(self, transaction: SessionTransaction, transaction_id: str) -> None:
         if not transaction.is_active:
@@ -298,7 +390,30 @@ class SqlTransactionListener(TransactionLogListener[Callable[[], Session], Busin
     def check_local_transaction(self, message: Message) -> LocalTransactionState:
         """Look the transaction id up; no row means ROLLBACK only once the grace is over."""
         with self._session_factory() as session:
-            return self._check.answer_on(session, message)
+            return self._check.answer_on(session, message, self.group)
+
+
+def _same_half(row: Any, message: Message) -> bool:
+    """Whether the log row committed the half ``message`` names.
+
+    A row or a message without a half identity (a row written before the log
+    recorded it, a listener called by hand) cannot tell halves apart: it
+    answers by id, as before.
+    """
+    if row.half_partition is None or message.half_partition is None:
+        return True
+    if (row.half_partition, row.half_offset) == (message.half_partition, message.half_offset):
+        return True
+    log.warning(
+        "transaction id %s was committed by half %d:%d, not by the half %d:%d asked about "
+        "(a reused id); answering ROLLBACK for it",
+        message.transaction_id,
+        row.half_partition,
+        row.half_offset,
+        message.half_partition,
+        message.half_offset,
+    )
+    return False
 
 
 def explain_database_error(
@@ -306,19 +421,24 @@ def explain_database_error(
 ) -> Exception:
     """A missing log table is a setup error with a known fix; say so.
 
-    Only errors that name the table are probed ("no such table: X",
+    So is a table migrated by an older version (a column missing). Only errors
+    that name the table or a newer column are probed ("no such table: X",
     'relation "X" does not exist'): probing after a connection failure
     would wait out a second connect timeout for nothing.
     """
     if not isinstance(exc, ProgrammingError | OperationalError):
         return exc
-    if target.table not in str(exc):
+    if target.table not in str(exc) and not any(c in str(exc) for c in REVISION_0002_COLUMNS):
         return exc
     try:
         with session_factory() as probe:  # the failed session may be unusable
-            if table_exists(probe.connection(), target):
+            connection, url = probe.connection(), probe.get_bind().url
+            if not table_exists(connection, target):
+                error = missing_table_error(target, url)
+            elif (column := missing_column(connection, target)) is not None:
+                error = outdated_table_error(target, column, url)
+            else:
                 return exc
-            error = missing_table_error(target, probe.get_bind().url)
     except Exception:
         return exc
     error.__cause__ = exc

@@ -2,7 +2,11 @@
 
 A row is inserted in the same database transaction as the business change, so
 "row present" is exactly "the local transaction committed", which is what a
-check-back asks. The table is defined here for queries; it is created and
+check-back asks. The row names the half it committed (half partition and
+origin offset): a reused transaction id names several halves, only one of
+which committed. A check-back that answers ROLLBACK writes a ``rolled_back``
+row for its half, which a late local transaction of that half cannot commit
+past (the primary key serialises the two). The table is defined here for queries; it is created and
 evolved only by the Alembic migrations (``outbox db upgrade``), never by
 ``create_all``, so production schemas have one source of truth and a history.
 
@@ -18,8 +22,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
+from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
@@ -105,10 +111,49 @@ def transaction_log_table(table: str = DEFAULT_TABLE, schema: str | None = None)
             nullable=False,
             server_default=sa.func.current_timestamp(),
         ),
+        sa.Column("half_partition", sa.Integer(), nullable=True),
+        sa.Column("half_offset", sa.BigInteger(), nullable=True),
+        sa.Column("rolled_back", sa.Boolean(), nullable=False, server_default=sa.false()),
         sa.PrimaryKeyConstraint("transaction_id", name=f"{target.table}_pkey"),
         sa.Index(f"ix_{target.table}_created_at", "created_at"),
         schema=target.schema,
     )
+
+
+def upsert(
+    table: sa.Table,
+    dialect: str,
+    values: dict[str, object],
+    taken_over_when: sa.ColumnElement[bool],
+) -> sa.Executable:
+    """Insert ``values``; on the same transaction id, overwrite the row only ``taken_over_when``.
+
+    Whether it wrote is :func:`upserted` of its result.
+    The conflict is settled by the primary key, so on PostgreSQL a writer waits
+    for another one's row still uncommitted and then sees it. Other databases
+    get a plain insert, which a present row refuses.
+    """
+    statement: Any
+    if dialect == "postgresql":
+        statement = postgresql.insert(table)
+    elif dialect == "sqlite":
+        statement = sqlite.insert(table)
+    else:
+        return sa.insert(table).values(values)
+    return (
+        statement.values(values)
+        .on_conflict_do_update(
+            index_elements=[table.c.transaction_id],
+            set_={name: statement.excluded[name] for name in values if name != "transaction_id"},
+            where=taken_over_when,
+        )
+        .returning(table.c.transaction_id)
+    )
+
+
+def upserted(result: sa.CursorResult[Any]) -> bool:
+    """Whether :func:`upsert` wrote its row (a driver's rowcount cannot always tell)."""
+    return not result.returns_rows or result.first() is not None
 
 
 def utc_from_timestamp(seconds: float) -> datetime:
@@ -116,8 +161,27 @@ def utc_from_timestamp(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, UTC)
 
 
+REVISION_0002_COLUMNS = ("half_partition", "half_offset", "rolled_back")
+"""Added by revision 0002: a table without them was migrated by an older version."""
+
+
 def table_exists(connection: Connection, target: LogTarget) -> bool:
     return sa.inspect(connection).has_table(target.table, schema=target.schema)
+
+
+def missing_column(connection: Connection, target: LogTarget) -> str | None:
+    """The first column this version writes that the table lacks (not yet upgraded)."""
+    columns = {c["name"] for c in sa.inspect(connection).get_columns(target.table, target.schema)}
+    return next((name for name in REVISION_0002_COLUMNS if name not in columns), None)
+
+
+def outdated_table_error(target: LogTarget, column: str, url: object) -> TransactionLogMissingError:
+    shown = describe_url(url) if url is not None else None  # type: ignore[arg-type]
+    where = f" in {shown}" if shown else ""
+    return TransactionLogMissingError(
+        f"transaction-log table {target.qualified!r}{where} lacks column {column} "
+        f"(migrated by an older version): run {target.upgrade_hint(shown)}"
+    )
 
 
 def missing_table_error(target: LogTarget, url: object) -> TransactionLogMissingError:

@@ -11,6 +11,7 @@ import time
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from prometheus_client import REGISTRY
 
 from checker.round_writer import decode_checkpoint
 from outbox import LocalTransactionState, Message, TransactionProducer
@@ -273,3 +274,36 @@ def test_a_half_whose_check_request_cannot_be_written_is_discarded_not_retried(o
     assert discarded.reason is DiscardReason.OVERSIZE
     assert discarded.original_half().transaction_id == "too-big"
     assert "check request" in (discarded.detail or "")
+
+
+def test_halves_deleted_by_retention_before_the_checker_read_them_are_reported_loudly(
+    outbox_topics: OutboxTopics, caplog
+):
+    """A checker down longer than the half topic's retention finds its checkpoint below the
+    partition's first record: the halves between were never checked, and some may have had
+    no decision. That is said loudly (an error, a counter), not skipped in silence."""
+    t = outbox_topics
+    for n in range(5):
+        write(t, pending_half(t, f"lost-{n}").to_record(t.names, 0))
+    group = f"{t.names.prefix}.checker"
+    committer = Consumer({**t.client_config, "group.id": group, "enable.auto.commit": False})
+    committer.commit(offsets=[TopicPartition(t.names.half, 0, 1)], asynchronous=False)
+    committer.close()
+    admin = AdminClient(t.client_config)
+    for future in admin.delete_records([TopicPartition(t.names.half, 0, 4)]).values():
+        future.result(30)
+
+    def lost() -> float:
+        value = REGISTRY.get_sample_value(
+            "outbox_checker_halves_lost_to_retention_total", {"partition": "0"}
+        )
+        return value or 0.0
+
+    before = lost()
+    with (
+        caplog.at_level("ERROR", logger="checker.service"),
+        running_checker(t, SkewedClock()) as checker,
+    ):
+        checker.run_round()
+    assert lost() - before == 3
+    assert any("deleted by retention" in r.getMessage() for r in caplog.records)

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from checker.decision_memory import MAX_INDEX, DecisionMemory
+from checker.decision_memory import MAX_INDEX, DecisionMemory, SharedScan
 
 
 class OpLog:
@@ -75,3 +75,31 @@ def test_no_metadata_starts_at_the_partitions_first_op():
 def test_unreadable_metadata_is_refused_not_guessed(metadata):
     with pytest.raises(ValueError):
         DecisionMemory.from_metadata(metadata, 100, low_offset=0)
+
+
+def test_a_shared_scan_judges_a_burst_as_separate_scans_would_reading_each_op_once():
+    rng = random.Random(23)
+    log = OpLog()
+    for _ in range(300):
+        log.append(rng.randrange(100))
+    read_ops: list[int] = []
+
+    def read(start: int, end: int):
+        read_ops.extend(range(start, end))
+        return [(o, log.identities[o]) for o in range(start, min(end, len(log.identities)))]
+
+    def bound(identity: int) -> int:
+        """As the memory's index gives: no op names ``identity`` before it."""
+        first = log.identities.index(identity) if identity in log.identities else 50
+        return min(rng.randrange(0, 50), first)
+
+    identities = [rng.randrange(100) for _ in range(60)]
+    questions = [(i, bound(i), rng.randrange(200, 300)) for i in identities]
+    questions.sort(key=lambda q: q[2])
+    wanted = {identity for identity, _, _ in questions}
+    shared = SharedScan(read, wanted, (min(q[1] for q in questions), max(q[2] for q in questions)))
+    for identity, start, end in questions:
+        assert shared(identity, start, end) == log.scan(identity, start, end)
+    assert sorted(read_ops) == sorted(set(read_ops))  # no op read twice
+    with pytest.raises(ValueError, match="not announced"):
+        shared(1000, 0, 10)

@@ -295,3 +295,17 @@ def test_commands(discards, kafka_bootstrap):
     assert usage.returncode == 2
     assert "transaction ids or --all" in usage.stderr
     assert [h.transaction_id for _, h in discards.halves()] == ["cli-a"]
+
+
+def test_an_unpublishable_discard_is_refused_saying_a_resume_cannot_publish_it(discards):
+    """The relay discards a committed half it cannot publish (its topic gone, too large). Put
+    back, it would be asked about again, and the answer, a second decision, publishes nothing:
+    the resume would look done and never publish. It is refused with the reason instead."""
+    discards.discard(a_half("committed"), reason=DiscardReason.UNPUBLISHABLE)
+    discards.discard(a_half("unanswered"))
+    outcome = discards.resume("committed", "unanswered")
+    assert [r.transaction_id for r in outcome.resumed] == ["unanswered"]
+    ((label, why),) = outcome.refused
+    assert label == "committed"
+    assert "already committed" in why and "publishes nothing" in why
+    assert [h.transaction_id for _, h in discards.halves()] == ["unanswered"]

@@ -19,6 +19,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from prometheus_client import REGISTRY
 
 from checker.relay import BatchReport, Relay, RelaySettings
+from outbox.errors import KafkaUnavailableError
 from outbox.protocol import (
     DiscardReason,
     DiscardRecord,
@@ -63,6 +64,19 @@ def relay_of(
         yield relay
     finally:
         relay.close()
+
+
+def a_relay(
+    kind: type[Relay], topics: OutboxTopics, transactional_id: str, timeout: float = 5.0
+) -> Relay:
+    """A relay of ``kind`` (a subclass with a fault) in the test's relay group, not started."""
+    return kind(
+        topics.client_config,
+        topics.names,
+        group_id=f"{topics.names.prefix}.relay",
+        transactional_id=transactional_id,
+        settings=RelaySettings(batch=100, timeout=timeout),
+    )
 
 
 def drain(relay: Relay, quiet_seconds: float = 1.5) -> None:
@@ -242,13 +256,7 @@ def test_a_stuck_relay_transaction_is_abandoned_fenced_and_its_batch_published_o
                 return
             super()._transact(producer, outgoing, offsets, group)
 
-    relay = HangsOnce(
-        t.client_config,
-        t.names,
-        group_id=f"{t.names.prefix}.relay",
-        transactional_id=f"{t.names.prefix}.relay.stuck",
-        settings=RelaySettings(batch=100, timeout=2.0),
-    )
+    relay = a_relay(HangsOnce, t, f"{t.names.prefix}.relay.stuck", timeout=2.0)
     relay.start()
     try:
         wait_for(lambda: HangsOnce.hung, what="the stuck batch")
@@ -296,10 +304,11 @@ def test_finish_latency_counts_from_the_halves_store_time_to_its_publication(
     original_at = write_half(t, original)
     (stored,) = [r.timestamp_ms for r in t.read(t.names.half) if r.offset == original_at]
     assert stored is not None
-    copied = pending_half(t, "copied").put_back(offset=999, stored_ms=stored - 60_000)
+    copied_origin_at = write_half(t, pending_half(t, "copied"))  # a copy follows its origin
+    copied = pending_half(t, "copied").put_back(copied_origin_at, stored_ms=stored - 60_000)
     rolled_back = pending_half(t, "rolled-back")
     decide(t, original, original_at, COMMIT)
-    decide(t, copied, write_half(t, copied), COMMIT, origin=999)
+    decide(t, copied, write_half(t, copied), COMMIT, origin=copied_origin_at)
     decide(t, rolled_back, write_half(t, rolled_back), ROLLBACK)
     labels = {"real_topic": t.real_topic, "group": "orders"}
     with relay_of(t, now_ms=lambda: stored + 2_500) as relay:
@@ -403,3 +412,98 @@ def test_a_partition_the_relay_could_not_rewind_does_not_skip_its_failed_batch(
         RewindFails.failing = False
         relay.close()
     assert published(t) == Counter({lost.transaction_id: 1, later.transaction_id: 1})
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [KafkaUnavailableError("op history unreadable"), ValueError("metadata not understood")],
+    ids=["unavailable", "value-error"],
+)
+def test_an_op_partition_whose_restore_fails_at_assignment_is_retried_not_orphaned(
+    outbox_topics: OutboxTopics, failure: Exception
+):
+    """Rebuilding a newly assigned partition's memory can fail with more than a KafkaException
+    (the op history unreadable, the committed metadata not understood). Such a partition must
+    wait to be restored again, not be dropped while assigned: its decisions would never be
+    published, its offsets never committed, and its lag unseen."""
+    t = outbox_topics
+    half = pending_half(t, f"orphan-{uuid.uuid4().hex[:6]}")
+    decide(t, half, write_half(t, half), COMMIT)
+
+    class FirstRestoreFails(Relay):
+        failures = 1
+
+        def _restore(self, partition: int) -> int:
+            if partition == 0 and FirstRestoreFails.failures:
+                FirstRestoreFails.failures -= 1
+                raise failure
+            return super()._restore(partition)
+
+    relay = a_relay(FirstRestoreFails, t, f"{t.names.prefix}.relay.{uuid.uuid4().hex[:8]}")
+    relay.start()  # run(): a failed batch is logged and the relay reads on
+    try:
+        wait_for(lambda: published(t) == Counter({half.transaction_id: 1}), 30, "published")
+        assert relay.partitions == [0, 1, 2]
+    finally:
+        relay.close()
+
+
+def test_a_burst_below_the_memory_floor_reads_the_op_history_once_per_batch(
+    outbox_topics: OutboxTopics,
+):
+    """Decisions below the window's floor are judged from the op history. A burst of them
+    (a ``discard resume --all``, a database resolver catching up) judged one by one rereads
+    that history per decision: a batch that outlasts the poll interval and repeats after the
+    rewind. One batch reads it once for all of them, and still judges each exactly."""
+    t = outbox_topics
+    halves = [pending_half(t, f"burst-{n}-{uuid.uuid4().hex[:6]}") for n in range(40)]
+    offsets = [offset for _, offset in write(t, *(h.to_record(t.names, 0) for h in halves))]
+
+    def ops(resolutions: list[Resolution]) -> list:
+        return [
+            OpRecord(h.transaction_id, h.producer_group, 0, o, r, 1).to_record(t.names)
+            for h, o, r in zip(halves, offsets, resolutions, strict=False)
+        ]
+
+    write(t, *ops([COMMIT] * 30))
+    with relay_of(t, memory=2, batch=500) as relay:
+        drain(relay)
+        reads = []
+        history = relay._op_history
+        original = history.read
+
+        def counted(partition: int, start: int, limit: int):
+            reads.append((partition, start))
+            return original(partition, start, limit)
+
+        history.read = counted  # type: ignore[method-assign]
+        write(t, *ops([COMMIT] * 30 + [ROLLBACK] * 5 + [COMMIT] * 5))  # 30 late, 10 first
+        drain(relay)
+    assert published(t) == Counter(
+        {h.transaction_id: 1 for n, h in enumerate(halves) if n < 30 or n >= 35}
+    )
+    assert len(reads) <= 3, f"{len(reads)} reads of the op history for one burst"
+
+
+def test_an_op_naming_a_half_beyond_the_half_partition_does_not_pin_the_memory_floor(
+    outbox_topics: OutboxTopics,
+):
+    """A bogus op (a huge origin offset, from a buggy or hostile writer) named the highest
+    identity, which the memory's window never drops: its op offset pinned the window's op
+    floor, so every restart re-read the op partition from there, for ever. An op for a half
+    the partition cannot hold yet is no decision; it is ignored with a warning."""
+    t = outbox_topics
+    bogus = pending_half(t, f"bogus-{uuid.uuid4().hex[:6]}")
+    write(t, OpRecord(bogus.transaction_id, "orders", 0, 10**12, COMMIT, 1).to_record(t.names))
+    halves = [pending_half(t, f"after-{n}-{uuid.uuid4().hex[:6]}") for n in range(8)]
+    offsets = [offset for _, offset in write(t, *(h.to_record(t.names, 0) for h in halves))]
+    ops = [
+        OpRecord(h.transaction_id, h.producer_group, 0, o, COMMIT, 1).to_record(t.names)
+        for h, o in zip(halves, offsets, strict=True)
+    ]
+    write(t, *ops)
+    with relay_of(t, memory=2) as relay:
+        drain(relay)
+        floor = relay._memories[0].op_floor
+    assert published(t) == Counter({h.transaction_id: 1 for h in halves})
+    assert floor > 0, "the bogus op at op offset 0 still holds the memory's floor"

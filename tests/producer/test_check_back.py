@@ -48,9 +48,14 @@ def produce(topics: OutboxTopics, *records) -> list[tuple[int, int]]:
     return positions
 
 
-def put_back_and_ask(topics: OutboxTopics, requested_ms: int | None = None) -> CheckRequest:
-    """What one checker round does for the only pending half: copy its latest copy, then ask."""
-    half_raw = topics.read(topics.names.half)[-1]
+def put_back_and_ask(
+    topics: OutboxTopics, requested_ms: int | None = None, which: int = -1
+) -> CheckRequest:
+    """What one checker round does for a pending half: copy it, then ask.
+
+    ``which`` picks the half record (by default the latest, the only pending one's copy).
+    """
+    half_raw = topics.read(topics.names.half)[which]
     copy = HalfRecord.from_record(half_raw).put_back(half_raw.offset, half_raw.timestamp_ms)
     ((_, copy_offset),) = produce(topics, copy.to_record(topics.names, half_raw.partition))
     request = CheckRequest(

@@ -110,10 +110,10 @@ class Database:
         return sessionmaker(self.engine)
 
     def log_rows(self) -> dict[str, tuple[str, Any]]:
-        """transaction id -> (producer group, created at)."""
+        """transaction id -> (producer group, created at), of the committed rows."""
         table = transaction_log_table(self.target.table, self.target.schema)
         with self.engine.connect() as connection:
-            rows = connection.execute(sa.select(table)).all()
+            rows = connection.execute(sa.select(table).where(~table.c.rolled_back)).all()
         return {row.transaction_id: (row.producer_group, row.created_at) for row in rows}
 
     def order_rows(self) -> dict[str, str]:

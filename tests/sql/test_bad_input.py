@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from datetime import timedelta
 
 import pytest
+import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import sessionmaker
 
@@ -23,10 +24,11 @@ from outbox.sql import (
     create_engine,
     current,
     describe_url,
+    downgrade,
     prune_transaction_log,
     upgrade,
 )
-from tests.sql.conftest import Database, execute_as_send, free_port, message
+from tests.sql.conftest import Database, execute_as_send, free_port, message, unique_name
 
 
 def unreachable_pg() -> str:
@@ -178,3 +180,25 @@ def test_cli_bad_options(sqlite_url, args, fragment):
     if args[0] == "prune":
         assert outbox("db", "upgrade", "--url", sqlite_url).returncode == 0
     assert_one_line_error(outbox("db", *args, "--url", sqlite_url), fragment)
+
+
+def test_a_log_table_at_an_older_revision_names_the_fix(database_url):
+    """Code that records the half's identity on a table migrated to 0001 only."""
+    engine = create_engine(database_url)
+    target = LogTarget(unique_name("log"))
+    upgrade(engine, "0001", target=target)
+    listener = SqlTransactionListener(
+        sessionmaker(engine), lambda s, m, a: None, group="orders", table=target.table
+    )
+    try:
+        with pytest.raises(TransactionLogMissingError, match=r"lacks column half_partition.*up"):
+            listener.verify()
+        state, error = execute_as_send(listener, message(), None)
+        assert state is LocalTransactionState.ROLLBACK_MESSAGE
+        assert isinstance(error, TransactionLogMissingError)
+        assert "outbox db upgrade" in str(error)
+    finally:
+        downgrade(engine, "base", target=target)
+        with engine.begin() as connection:
+            connection.execute(sa.text(f"DROP TABLE IF EXISTS {target.version_table}"))
+        engine.dispose()

@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -13,9 +14,19 @@ import pytest
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
+from sqlalchemy.orm import sessionmaker
 
+from outbox import LocalTransactionState, Message
 from outbox.errors import ConfigurationError
-from outbox.sql import LogTarget, create_engine, current, downgrade, head_revision, upgrade
+from outbox.sql import (
+    LogTarget,
+    TransactionLogCheck,
+    create_engine,
+    current,
+    downgrade,
+    head_revision,
+    upgrade,
+)
 from outbox.sql.log import transaction_log_table
 from tests.sql.conftest import unique_name
 
@@ -142,6 +153,9 @@ def test_cli_round_trip_with_a_custom_table(database_url):
 
         down = outbox("db", "downgrade", "--table", table, env=env)
         assert down.returncode == 0, down.stderr
+        assert "at revision 0001" in down.stdout  # one step back
+        down = outbox("db", "downgrade", "--table", table, env=env)
+        assert down.returncode == 0, down.stderr
         assert "none" in down.stdout
         assert table not in tables(engine)
 
@@ -195,3 +209,55 @@ def test_migrations_work_from_an_installed_copy(tmp_path):
     now = outbox("db", "current", "--url", url, env=env, cwd=elsewhere)
     assert now.returncode == 0, now.stderr
     assert "(head)" in now.stdout
+
+
+def test_rows_from_before_the_half_identity_still_answer(database_url):
+    """Revision 0002 adds the half's identity to the log; rows written under 0001 have none,
+    and answer by id as they did; rows written since tell the halves of a reused id apart."""
+    engine = create_engine(database_url)
+    target = LogTarget(unique_name("log"))
+    table = transaction_log_table(target.table)
+    now = time.time()
+    try:
+        upgrade(engine, "0001", target=target)
+        with engine.begin() as connection:
+            connection.execute(
+                sa.text(
+                    f"INSERT INTO {target.table} (transaction_id, producer_group) "
+                    "VALUES ('old', 'orders')"
+                )
+            )
+        upgrade(engine, target=target)
+        with engine.begin() as connection:
+            connection.execute(
+                sa.insert(table).values(
+                    transaction_id="new", producer_group="orders", half_partition=1, half_offset=5
+                )
+            )
+        check = TransactionLogCheck(sessionmaker(engine), target, clock=lambda: now)
+
+        def answer(transaction_id: str, partition: int, offset: int) -> LocalTransactionState:
+            born = int(now * 1000)
+            return check.answer(
+                Message(
+                    "t",
+                    b"v",
+                    transaction_id=transaction_id,
+                    born_ms=born,
+                    half_partition=partition,
+                    half_offset=offset,
+                )
+            )
+
+        assert answer("old", 0, 3) is LocalTransactionState.COMMIT_MESSAGE
+        assert answer("new", 1, 5) is LocalTransactionState.COMMIT_MESSAGE
+        assert answer("new", 1, 9) is LocalTransactionState.ROLLBACK_MESSAGE
+        assert answer("new", 0, 5) is LocalTransactionState.ROLLBACK_MESSAGE
+
+        downgrade(engine, "0001", target=target)  # the rows stay, without their identity
+        with engine.connect() as connection:
+            ids = connection.execute(sa.text(f"SELECT transaction_id FROM {target.table}"))
+            assert sorted(row[0] for row in ids) == ["new", "old"]
+    finally:
+        drop(engine, target)
+        engine.dispose()

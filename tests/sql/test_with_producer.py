@@ -93,3 +93,46 @@ def test_check_back_is_answered_from_the_database(
         assert op.resolution is Resolution.ROLLBACK
         assert events(outbox_topics, "read_uncommitted") == []
         assert database.order_rows() == {}
+
+
+class EndLost:
+    """A producer that dies after its half: its local transaction never runs, nothing is ended."""
+
+    def execute_local_transaction(self, message, arg):
+        return LocalTransactionState.UNKNOW
+
+    def check_local_transaction(self, message):  # pragma: no cover - the process is gone
+        raise AssertionError("a dead producer answers nothing")
+
+
+def test_a_reused_key_publishes_only_the_attempt_that_committed(
+    database: Database, outbox_topics, relay
+):
+    """Attempt 1 of an idempotency key leaves its half undecided (its process died); attempt 2
+    with the same key commits. The check for attempt 1 finds the key's row, but that row
+    belongs to attempt 2's half: the answer is ROLLBACK, and only attempt 2 is published."""
+    key = "order-7"
+    with TransactionProducer(GROUP, EndLost(), outbox_topics.settings()) as dead:
+        first = dead.send_message_in_transaction(
+            Message(outbox_topics.real_topic, b"attempt-1", key="o-1", transaction_id=key), None
+        )
+    assert first.end_status is EndStatus.LEFT_UNKNOWN
+    with database.producer(database.listener(), outbox_topics.settings()) as producer:
+        second = producer.send_message_in_transaction(
+            Message(outbox_topics.real_topic, b"attempt-2", key="o-1", transaction_id=key),
+            {"id": "o-1"},
+        )
+        assert second.end_status is EndStatus.COMMITTED
+        assert second.half_partition == first.half_partition  # both ops on one op partition
+        put_back_and_ask(outbox_topics, which=0)  # the checker asks about attempt 1
+        wait_for(lambda: len(ops_of(outbox_topics)) == 2)
+        answer = ops_of(outbox_topics)[1]
+        assert (answer.identity, answer.transaction_id) == (first.half_offset, key)
+        assert answer.resolution is Resolution.ROLLBACK
+        # A later commit on the same op partition: once it is out, attempt 1 had its turn.
+        marker = producer.send_message_in_transaction(
+            Message(outbox_topics.real_topic, b"marker", key="o-1"), {"id": "o-2"}
+        )
+    wait_for(lambda: marker.transaction_id in {e.transaction_id for e in events(outbox_topics)})
+    assert [e.value for e in events(outbox_topics)] == [b"attempt-2", b"marker"]
+    assert database.order_rows() == {"o-1": key, "o-2": marker.transaction_id}

@@ -178,7 +178,10 @@ def _committed_in_database(url: str) -> set[str]:
     try:
         with engine.connect() as connection:
             rows = connection.execute(
-                sa.select(table.c.transaction_id).where(table.c.producer_group == GROUP)
+                sa.select(table.c.transaction_id).where(
+                    table.c.producer_group == GROUP,
+                    ~table.c.rolled_back,  # a ROLLBACK check answer's row is no commit
+                )
             )
             return {row.transaction_id for row in rows}
     finally:
