@@ -227,6 +227,7 @@ def _visible_rows(
                 f"{result.visible:,} of {result.committed:,} commits seen by a read_committed "
                 f"reader; max {_num(result.visible_max_ms, ',.1f')} ms",
             ),
+            (f"{mode} relay stages", visible.stage_line(result.stages), "", "per relay batch"),
         ]
     return rows
 

@@ -25,6 +25,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -33,16 +34,19 @@ from typing import IO, Any
 
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
+from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 from rich.console import Console
 
 from bench.common import bench_main, percentile_ms, run_on_broker
 from bench.producer import run_cell
+from checker import metrics
 from outbox import LocalTransactionState, Message, TransactionProducer
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
 from outbox.message import EndStatus
 from outbox.protocol import Header, TopicNames
 from outbox.settings import ProducerSettings
+from outbox_devtools.processes import free_port
 
 GROUP = "bench-visible"
 _TXN_HEADER = Header.TRANSACTION_ID.value
@@ -116,6 +120,8 @@ class ModeResult:
     visible_max_ms: float | None = None
     errors: int = 0
     other_cpu_pct: float | None = None
+    stages: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    """The relay's stages in the window (:class:`StageScrape`): batches, mean and p99 ms."""
 
 
 @dataclass
@@ -151,7 +157,55 @@ class Report:
         return {"results": [asdict(r) for r in self.results], "ok": self.ok}
 
 
-def start_checker(bootstrap: str, prefix: str, log: IO[bytes]) -> subprocess.Popen[bytes]:
+class StageScrape:
+    """The relay's per-stage histograms (``outbox_checker_relay_stage_seconds``), scraped
+    from the checker's ``/metrics`` before and after a mode: where a commit's time went."""
+
+    def __init__(self, port: int) -> None:
+        self._url = f"http://127.0.0.1:{port}/metrics"
+
+    def sample(self) -> dict[str, dict[str, float]]:
+        """Per stage, its ``sum``, ``count`` and cumulative buckets (``le`` as text)."""
+        try:
+            with urllib.request.urlopen(self._url, timeout=5) as answer:
+                text = answer.read().decode()
+        except OSError:
+            return {}
+        stages: dict[str, dict[str, float]] = {}
+        for family in text_string_to_metric_families(text):
+            if family.name != "outbox_checker_relay_stage_seconds":
+                continue
+            for sample in family.samples:
+                stage = stages.setdefault(sample.labels["stage"], {})
+                if sample.name.endswith("_bucket"):
+                    stage[sample.labels["le"]] = sample.value
+                elif sample.name.endswith(("_sum", "_count")):
+                    stage[sample.name.rsplit("_", 1)[1]] = sample.value
+        return stages
+
+    @staticmethod
+    def stage_ms(
+        before: dict[str, dict[str, float]], after: dict[str, dict[str, float]]
+    ) -> dict[str, dict[str, float | None]]:
+        """Per stage between two samples: batches, mean ms, and p99 ms as a bucket's bound."""
+        figures: dict[str, dict[str, float | None]] = {}
+        for stage, now in after.items():
+            then = before.get(stage, {})
+            count = now.get("count", 0.0) - then.get("count", 0.0)
+            if count <= 0:
+                continue
+            mean = (now.get("sum", 0.0) - then.get("sum", 0.0)) / count * 1000
+            bounds = sorted(
+                (float(le), now[le] - then.get(le, 0.0)) for le in now if le not in ("sum", "count")
+            )
+            p99 = next((le * 1000 for le, n in bounds if n >= 0.99 * count), None)
+            figures[stage] = {"batches": count, "mean_ms": round(mean, 2), "p99_ms": p99}
+        return figures
+
+
+def start_checker(
+    bootstrap: str, prefix: str, log: IO[bytes], port: int
+) -> subprocess.Popen[bytes]:
     """The checker sidecar (and its relay) as its own process, rounds effectively off.
 
     Its log goes to a file, not a pipe: a pipe nobody reads would stop it once full.
@@ -160,7 +214,7 @@ def start_checker(bootstrap: str, prefix: str, log: IO[bytes]) -> subprocess.Pop
         **os.environ,
         "OUTBOX_BOOTSTRAP_SERVERS": bootstrap,
         "OUTBOX_TOPIC_PREFIX": prefix,
-        "OUTBOX_HTTP_ADDRESS": "",
+        "OUTBOX_HTTP_ADDRESS": f"127.0.0.1:{port}",
         "OUTBOX_CHECK_INTERVAL_SECONDS": "3600",
     }
     return subprocess.Popen(
@@ -191,7 +245,12 @@ def _wait_until_relaying(producer: TransactionProducer, watcher: Watcher, real: 
 
 
 def run_mode(
-    options: Options, bootstrap: str, prefix: str, mode: str, broker_pid: int | None
+    options: Options,
+    bootstrap: str,
+    prefix: str,
+    mode: str,
+    broker_pid: int | None,
+    stages: StageScrape,
 ) -> ModeResult:
     settings = _settings(bootstrap, prefix, mode)
     if isinstance(settings, str):
@@ -211,6 +270,7 @@ def run_mode(
                 committed[index].append(result.transaction_id)
             return None
 
+        stages_before = stages.sample()
         run = run_cell(send, options.senders, options.warmup, options.seconds, broker_pid)
         # run_cell's window is on the perf_counter clock, the stamps on the monotonic one.
         shift = time.monotonic() - time.perf_counter()
@@ -224,6 +284,7 @@ def run_mode(
         deadline = time.monotonic() + 30
         while any(t not in watcher.seen for t in inside) and time.monotonic() < deadline:
             time.sleep(0.1)
+        stage_figures = StageScrape.stage_ms(stages_before, stages.sample())
     finally:
         producer.shutdown()
         watcher.close()
@@ -240,6 +301,7 @@ def run_mode(
         visible_max_ms=percentile_ms(delays, 100),
         errors=len(run.errors),
         other_cpu_pct=run.other_cpu_pct,
+        stages=stage_figures,
     )
 
 
@@ -253,12 +315,21 @@ def measure(console: Console, options: Options, bootstrap: str, broker_pid: int 
             TopicSpec(f"{prefix}.events", options.partitions, 1),
         ],
     )
+    port = free_port()
     with tempfile.TemporaryFile() as log:
-        checker = start_checker(bootstrap, prefix, log)
+        checker = start_checker(bootstrap, prefix, log, port)
         try:
             results = [
                 _mode_with_progress(
-                    console, options, bootstrap, prefix, mode, broker_pid, checker, log
+                    console,
+                    options,
+                    bootstrap,
+                    prefix,
+                    mode,
+                    broker_pid,
+                    checker,
+                    log,
+                    StageScrape(port),
                 )
                 for mode in options.modes
             ]
@@ -281,6 +352,7 @@ def _mode_with_progress(
     broker_pid: int | None,
     checker: subprocess.Popen[bytes],
     log: IO[bytes],
+    stages: StageScrape,
 ) -> ModeResult:
     console.print(
         f"[bold cyan]==>[/] {mode} senders={options.senders}, checker relaying: "
@@ -291,7 +363,7 @@ def _mode_with_progress(
         log.seek(0)
         tail = log.read().decode(errors="replace")[-2000:]
         raise RuntimeError(f"the checker exited {checker.returncode}: {tail}")
-    result = run_mode(options, bootstrap, prefix, mode, broker_pid)
+    result = run_mode(options, bootstrap, prefix, mode, broker_pid, stages)
     if not result.available:
         console.print(f"    unavailable: {result.unavailable_reason}", highlight=False)
     else:
@@ -302,7 +374,18 @@ def _mode_with_progress(
             f"{result.errors} errors, other cpu {result.other_cpu_pct}%",
             highlight=False,
         )
+        console.print(f"    relay stages: {stage_line(result.stages)}", highlight=False)
     return result
+
+
+def stage_line(stages: dict[str, dict[str, float | None]]) -> str:
+    """``op_wait 3.1 / 9.8 ms, ...``: each stage's mean / p99 per batch, in stage order."""
+    parts = [
+        f"{name} {stages[name]['mean_ms']:g} / {stages[name]['p99_ms']:g} ms"
+        for name in metrics.RELAY_STAGES
+        if name in stages and stages[name]["p99_ms"] is not None
+    ]
+    return ", ".join(parts) + " (mean / p99 per batch)" if parts else "not scraped"
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Options:

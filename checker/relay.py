@@ -79,6 +79,7 @@ from outbox.topic_catalog import TopicCatalog
 log = logging.getLogger(__name__)
 
 _PRODUCER_GROUP = Header.PRODUCER_GROUP.value
+_STAGE = {stage: metrics.RELAY_STAGE_SECONDS.labels(stage) for stage in metrics.RELAY_STAGES}
 
 
 def relay_group(checker_group: str) -> str:
@@ -412,6 +413,9 @@ class Relay:
         records = [r for r in records if r.partition in self._memories]
         if not records:
             return BatchReport()
+        stored = [r.timestamp_ms for r in records if r.timestamp_ms is not None]
+        if stored:
+            _STAGE["op_wait"].observe(max(0, self._now_ms() - min(stored)) / 1000)
         started = time.monotonic()
         report = self._relay(records)
         metrics.RELAY_BATCH_SECONDS.observe(time.monotonic() - started)
@@ -551,11 +555,15 @@ class Relay:
         group: object,
     ) -> None:
         """The batch's Kafka transaction: real records, discards, op offsets with the memory."""
+        started = time.monotonic()
         producer.begin_transaction()
         for record in outgoing:
             produce_when_room(producer, **record.produce_kwargs())
+        produced = time.monotonic()
+        _STAGE["produce"].observe(produced - started)
         producer.send_offsets_to_transaction(offsets, group, self._settings.timeout)
         producer.commit_transaction(self._settings.timeout)
+        _STAGE["commit"].observe(time.monotonic() - produced)
 
     def _restore_records(
         self, commits: dict[int, list[Decision]], report: BatchReport
@@ -563,7 +571,9 @@ class Relay:
         """The real records of the commits, in op order; discards for those that cannot be."""
         outgoing: list[OutgoingRecord] = []
         for partition, ops in commits.items():
+            started = time.monotonic()
             halves = self._halves.fetch(partition, (op.half_offset for op in ops))
+            _STAGE["half_lookup"].observe(time.monotonic() - started)
             for op in ops:
                 record, problem = self._real_record(op, halves.get(op.half_offset))
                 if record is not None:
