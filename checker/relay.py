@@ -55,10 +55,16 @@ from checker import metrics
 from checker.decision_memory import DecisionMemory
 from checker.half_lookup import HalfLookup
 from checker.kafka_reader import TopicCursor, end_offsets
+from checker.membership import group_consumer_config, is_instance_fenced
 from checker.watchdog import StuckError, call_with_deadline
 from outbox.access import is_authorization_failure, principal_of
 from outbox.acked_writer import produce_when_room
-from outbox.errors import InvalidMessageError, KafkaUnavailableError, NotAuthorizedError
+from outbox.errors import (
+    DuplicateInstanceError,
+    InvalidMessageError,
+    KafkaUnavailableError,
+    NotAuthorizedError,
+)
 from outbox.protocol import (
     Decision,
     DiscardReason,
@@ -125,13 +131,19 @@ class RelaySettings:
     timeout: float = 30.0
     silence_seconds: float = 10.0
     """Idle this long while its op partitions have undelivered decisions: the consumer is wedged."""
+    session_timeout_ms: int = 6_000
+    """The relay consumer's session (:mod:`checker.membership`)."""
 
     @property
     def transaction_deadline(self) -> float:
         """A batch's Kafka transaction still running this long is abandoned and its producer
-        fenced: three client calls' worth (produce, offsets, commit), each bounded by
-        ``timeout`` except where librdkafka fails to bound it."""
-        return self.timeout * 3
+        fenced. The coordinator aborts a transaction open longer than
+        ``transaction_timeout_ms`` itself, so one still running past it cannot commit any
+        more; waiting beyond that only stalls publication. The margin (5 s) covers the
+        commit of a transaction begun just inside the timeout: a batch commits in a few ms
+        (``outbox_checker_relay_stage_seconds``), under 1 s at p99 on a loaded 2-core
+        machine."""
+        return self.transaction_timeout_ms / 1000 + 5.0
 
 
 class Relay:
@@ -146,8 +158,14 @@ class Relay:
         transactional_id: str,
         settings: RelaySettings = RelaySettings(),
         now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        instance_id: str | None = None,
     ) -> None:
+        """``instance_id``: the replica's stable id, for static membership of the relay's
+        group (:mod:`checker.membership`); ``None`` joins as a dynamic member."""
         self._topics = topics
+        self._instance_id = instance_id
+        self.failure: DuplicateInstanceError | None = None
+        """Why the relay stopped on its own: it cannot go on beside a replica of its id."""
         self._settings = settings
         self._now_ms = now_ms
         self._client_config = client_config
@@ -197,6 +215,11 @@ class Relay:
             try:
                 self.pump(0.2)
                 backoff = 0.5
+            except DuplicateInstanceError as exc:
+                log.error("relay stopped: %s", exc)
+                self.failure = exc
+                self._stopping.set()
+                return
             except (KafkaException, KafkaUnavailableError, NotAuthorizedError) as exc:
                 problem = self._refusal(exc.args[0]) if isinstance(exc, KafkaException) else None
                 _log_failed_batch(problem or exc, backoff)
@@ -256,14 +279,12 @@ class Relay:
 
     def _new_consumer(self) -> Consumer:
         consumer = Consumer(
-            {
-                **self._client_config,
-                "group.id": self._group_id,
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-                "isolation.level": "read_committed",
-                "partition.assignment.strategy": "cooperative-sticky",
-            }
+            group_consumer_config(
+                self._client_config,
+                self._group_id,
+                self._instance_id,
+                self._settings.session_timeout_ms,
+            )
         )
         consumer.subscribe(
             [self._topics.op],
@@ -409,7 +430,7 @@ class Relay:
             return BatchReport()
         self._silence.heard()
         messages = [first, *self._consumer.consume(self._settings.batch - 1, timeout=0)]
-        records = [RawRecord.from_kafka(m) for m in messages if _usable(m)]
+        records = [RawRecord.from_kafka(m) for m in messages if self._usable(m)]
         records = [r for r in records if r.partition in self._memories]
         if not records:
             return BatchReport()
@@ -621,6 +642,16 @@ class Relay:
             return None, problem
         return record, ""
 
+    def _usable(self, message: KafkaMessage) -> bool:
+        error = message.error()
+        if error is None:
+            return True
+        if self._instance_id is not None and is_instance_fenced(error):
+            raise DuplicateInstanceError(self._instance_id, f"relay group {self._group_id!r}")
+        if error.code() != KafkaError._PARTITION_EOF:
+            raise KafkaException(error)
+        return False
+
     def _scanner(self, partition: int) -> Callable[[int, int, int], bool]:
         """The slow path for a decision below the memory's floor: read the op history."""
 
@@ -648,15 +679,6 @@ class Relay:
             return False
 
         return decided_before
-
-
-def _usable(message: KafkaMessage) -> bool:
-    error = message.error()
-    if error is None:
-        return True
-    if error.code() != KafkaError._PARTITION_EOF:
-        raise KafkaException(error)
-    return False
 
 
 def _decode(raw: RawRecord) -> Decision | None:

@@ -25,13 +25,19 @@ from tenacity import Retrying, retry_if_exception_type, wait_exponential
 from checker import metrics
 from checker.ended import EndedTransactions
 from checker.kafka_reader import KafkaPartitionReader, TopicCursor
+from checker.membership import group_consumer_config, is_instance_fenced
 from checker.relay import Relay, RelaySettings, relay_group, relay_transactional_id
 from checker.round_writer import FencedError, RoundWriter, decode_checkpoint
 from checker.rules import RoundRules, iter_round
 from checker.settings import CheckerSettings
 from outbox.access import connect, is_authorization_failure
 from outbox.admin import TopicSpec, ensure_topics
-from outbox.errors import KafkaUnavailableError, NotAuthorizedError, TopicAdminError
+from outbox.errors import (
+    DuplicateInstanceError,
+    KafkaUnavailableError,
+    NotAuthorizedError,
+    TopicAdminError,
+)
 from outbox.protocol import HalfRecord, OutgoingRecord
 from outbox.topic_catalog import TopicCatalog
 
@@ -102,24 +108,21 @@ class Checker:
         self._admin = connect(
             client, settings, settings.bootstrap_servers, settings.start_timeout_seconds
         )
+        self._static_id = settings.stable_instance_id
+        """Its id if it survives restarts: then a static member (:mod:`checker.membership`)."""
+        instance = self._static_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self._instance = instance
         self._consumer = Consumer(
             {
-                **client,
-                "group.id": settings.group_id,
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-                "isolation.level": "read_committed",
+                **group_consumer_config(
+                    client, settings.group_id, self._static_id, settings.session_timeout_ms
+                ),
                 "max.poll.interval.ms": 600_000,
-                "partition.assignment.strategy": "cooperative-sticky",
             }
         )
         self._check_topics_known: set[str] = set()
         self._halves = TopicCursor(client, self.topics.half)
         self._ops = TopicCursor(client, self.topics.op)
-        instance = settings.instance_id or (
-            f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        )
-        self._instance = instance
         self.relay: Relay | None = None
         self._writer = RoundWriter(
             client,
@@ -188,8 +191,12 @@ class Checker:
         A refusal by the authoriser ends the replica: without its group or the
         half topic it would wait for partitions forever.
         """
+        if self.relay is not None and self.relay.failure is not None:
+            raise self.relay.failure
         message = self._consumer.poll(timeout)
         error = message.error() if message is not None else None
+        if error is not None and self._static_id is not None and is_instance_fenced(error):
+            raise DuplicateInstanceError(self._static_id, f"group {self.settings.group_id!r}")
         if error is not None and is_authorization_failure(error):
             settings = self.settings
             resource = (
@@ -265,8 +272,10 @@ class Checker:
                     batch=settings.relay_batch,
                     memory=settings.relay_memory,
                     transaction_timeout_ms=settings.relay_transaction_timeout_ms,
+                    session_timeout_ms=settings.session_timeout_ms,
                 ),
                 now_ms=self._now_ms,
+                instance_id=self._static_id,
             )
             self.relay.start()
         return self.relay
