@@ -10,9 +10,12 @@ transaction id first appears. The checker runs as its own process
 (``python -m outbox checker``), as a deployment runs the sidecar, and timing
 starts only once it relays.
 
-Two modes: ``sync`` (``send_message_in_transaction`` waits for its decision
+Three modes: ``sync`` (``send_message_in_transaction`` waits for its decision
 to be acknowledged) and ``oneway`` (``end_oneway=True``: it returns after the
-local transaction). A producer without ``end_oneway`` (the setting is
+local transaction), each as fast as ``senders`` threads go, and ``steady``:
+sync sends at a fixed offered load (``--rate``, 1 000 tx/s), spread over
+``STEADY_SENDERS`` threads on a fixed schedule, which is what a service sees
+when it is not saturating the outbox. A producer without ``end_oneway`` (the setting is
 rejected) reports the oneway mode as unavailable rather than failing.
 """
 
@@ -50,7 +53,9 @@ from outbox_devtools.processes import free_port
 
 GROUP = "bench-visible"
 _TXN_HEADER = Header.TRANSACTION_ID.value
-MODES = ("sync", "oneway")
+MODES = ("sync", "oneway", "steady")
+STEADY_SENDERS = 16
+"""Threads sharing the steady schedule: enough for sends of ~10 ms at 1 000 tx/s."""
 
 
 class StampCommits:
@@ -90,7 +95,12 @@ class Watcher:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            for message in self._consumer.consume(1000, timeout=0.05):
+            # poll() returns at the first record; consume(n, timeout) would wait for n or the
+            # whole timeout, and that wait would be counted as the relay's.
+            first = self._consumer.poll(0.05)
+            if first is None:
+                continue
+            for message in [first, *self._consumer.consume(1000, timeout=0)]:
                 if message.error() is not None:
                     continue
                 now = time.monotonic()
@@ -127,6 +137,8 @@ class ModeResult:
 @dataclass
 class Options:
     senders: int = 64
+    rate: float = 1000.0
+    """The steady mode's offered load, transactions per second."""
     seconds: float = 10.0
     warmup: float = 2.0
     value_bytes: int = 1024
@@ -253,25 +265,33 @@ def run_mode(
     stages: StageScrape,
 ) -> ModeResult:
     settings = _settings(bootstrap, prefix, mode)
+    senders = STEADY_SENDERS if mode == "steady" else options.senders
     if isinstance(settings, str):
-        return ModeResult(mode, options.senders, available=False, unavailable_reason=settings)
+        return ModeResult(mode, senders, available=False, unavailable_reason=settings)
     real = f"{prefix}.events"
     value = os.urandom(options.value_bytes)
     listener = StampCommits()
     watcher = Watcher(bootstrap, real)
     producer = TransactionProducer(GROUP, listener, settings).start()
-    committed: list[list[str]] = [[] for _ in range(options.senders)]
+    committed: list[list[str]] = [[] for _ in range(senders)]
+    schedule: list[float] = []
     try:
         _wait_until_relaying(producer, watcher, real)
 
         def send(index: int, seq: int) -> float | None:
+            if mode == "steady":
+                if not schedule:
+                    schedule.append(time.monotonic())
+                # Send k of thread i is due at (k * senders + i) / rate: a fixed offered load.
+                due = schedule[0] + ((seq - 1) * senders + index) / options.rate
+                time.sleep(max(0.0, due - time.monotonic()))
             result = producer.send_message_in_transaction(Message(topic=real, value=value))
             if mode == "oneway" or result.end_status is EndStatus.COMMITTED:
                 committed[index].append(result.transaction_id)
             return None
 
         stages_before = stages.sample()
-        run = run_cell(send, options.senders, options.warmup, options.seconds, broker_pid)
+        run = run_cell(send, senders, options.warmup, options.seconds, broker_pid)
         # run_cell's window is on the perf_counter clock, the stamps on the monotonic one.
         shift = time.monotonic() - time.perf_counter()
         start, end = run.window_start + shift, run.window_end + shift
@@ -291,7 +311,7 @@ def run_mode(
     delays = [watcher.seen[t] - listener.answered[t] for t in inside if t in watcher.seen]
     return ModeResult(
         mode,
-        options.senders,
+        senders,
         available=True,
         msgs_per_s=round(len(inside) / options.seconds, 1),
         committed=len(inside),
@@ -355,7 +375,9 @@ def _mode_with_progress(
     stages: StageScrape,
 ) -> ModeResult:
     console.print(
-        f"[bold cyan]==>[/] {mode} senders={options.senders}, checker relaying: "
+        f"[bold cyan]==>[/] {mode} senders="
+        f"{STEADY_SENDERS if mode == 'steady' else options.senders}"
+        f"{f' at {options.rate:g} tx/s' if mode == 'steady' else ''}, checker relaying: "
         f"warm-up {options.warmup:g}s, measuring {options.seconds:g}s",
         highlight=False,
     )
@@ -398,18 +420,22 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
     parser.add_argument("--warmup", type=float, default=Options.warmup)
     parser.add_argument("--value-bytes", type=int, default=Options.value_bytes)
     parser.add_argument("--partitions", type=int, default=Options.partitions)
-    parser.add_argument("--modes", default=",".join(MODES), help="sync and/or oneway")
+    parser.add_argument("--rate", type=float, default=Options.rate, help="steady tx/s")
+    parser.add_argument("--modes", default=",".join(MODES), help="of sync, oneway, steady")
     parser.add_argument("--bootstrap-servers")
     args = parser.parse_args(argv)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if not modes or any(m not in MODES for m in modes):
-        parser.error(f"--modes are sync and/or oneway, got {args.modes!r}")
+        parser.error(f"--modes are of {', '.join(MODES)}, got {args.modes!r}")
+    if args.rate <= 0:
+        parser.error("--rate must be positive")
     if args.senders < 1 or args.seconds <= 0 or args.warmup < 0 or args.value_bytes < 1:
         parser.error("--senders, --seconds and --value-bytes must be positive")
     if args.partitions < 1:
         parser.error("--partitions must be at least 1")
     return Options(
         senders=args.senders,
+        rate=args.rate,
         seconds=args.seconds,
         warmup=args.warmup,
         value_bytes=args.value_bytes,
