@@ -85,6 +85,7 @@ from outbox.topic_catalog import TopicCatalog
 log = logging.getLogger(__name__)
 
 _PRODUCER_GROUP = Header.PRODUCER_GROUP.value
+_MAX_BACKOFF = 2.0
 _STAGE = {stage: metrics.RELAY_STAGE_SECONDS.labels(stage) for stage in metrics.RELAY_STAGES}
 
 
@@ -228,7 +229,9 @@ class Relay:
             else:
                 continue
             self._stopping.wait(backoff)
-            backoff = min(backoff * 2, 10.0)
+            # At most 2 s: the wait after the last failure is a stall once Kafka is back, and
+            # every attempt in between is a batch read again and its offsets asked for.
+            backoff = min(backoff * 2, _MAX_BACKOFF)
             try:
                 self._rewind()
             except Exception:
