@@ -55,7 +55,7 @@ from checker import metrics
 from checker.decision_memory import DecisionMemory
 from checker.half_lookup import HalfLookup
 from checker.kafka_reader import TopicCursor, end_offsets
-from checker.membership import group_consumer_config, is_instance_fenced
+from checker.membership import Fences, group_consumer_config, is_instance_fenced
 from checker.watchdog import StuckError, call_with_deadline
 from outbox.access import is_authorization_failure, principal_of
 from outbox.acked_writer import produce_when_room
@@ -167,6 +167,7 @@ class Relay:
         self._instance_id = instance_id
         self.failure: DuplicateInstanceError | None = None
         """Why the relay stopped on its own: it cannot go on beside a replica of its id."""
+        self._fences = Fences()
         self._settings = settings
         self._now_ms = now_ms
         self._client_config = client_config
@@ -477,6 +478,10 @@ class Relay:
             "relay idle while op partitions %s hold unread decisions: replacing its consumer",
             behind,
         )
+        self._replace_consumer()
+
+    def _replace_consumer(self) -> None:
+        """Join the group again with a fresh consumer; it resumes from the committed offsets."""
         old, self._consumer = self._consumer, self._new_consumer()
         for partition in list(self._memories):
             self._halves.forget(partition)
@@ -650,7 +655,11 @@ class Relay:
         if error is None:
             return True
         if self._instance_id is not None and is_instance_fenced(error):
-            raise DuplicateInstanceError(self._instance_id, f"relay group {self._group_id!r}")
+            if self._fences.too_many():
+                raise DuplicateInstanceError(self._instance_id, f"relay group {self._group_id!r}")
+            log.warning("relay consumer fenced (%s): joining again with a fresh one", error.str())
+            self._replace_consumer()
+            return False
         if error.code() != KafkaError._PARTITION_EOF:
             raise KafkaException(error)
         return False

@@ -25,7 +25,7 @@ from tenacity import Retrying, retry_if_exception_type, wait_exponential
 from checker import metrics
 from checker.ended import EndedTransactions
 from checker.kafka_reader import KafkaPartitionReader, TopicCursor
-from checker.membership import group_consumer_config, is_instance_fenced
+from checker.membership import Fences, group_consumer_config, is_instance_fenced
 from checker.relay import Relay, RelaySettings, relay_group, relay_transactional_id
 from checker.round_writer import FencedError, RoundWriter, decode_checkpoint
 from checker.rules import RoundRules, iter_round
@@ -39,6 +39,7 @@ from outbox.errors import (
     TopicAdminError,
 )
 from outbox.protocol import HalfRecord, OutgoingRecord
+from outbox.silence import close_in_background
 from outbox.topic_catalog import TopicCatalog
 
 log = logging.getLogger(__name__)
@@ -112,14 +113,8 @@ class Checker:
         """Its id if it survives restarts: then a static member (:mod:`checker.membership`)."""
         instance = self._static_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._instance = instance
-        self._consumer = Consumer(
-            {
-                **group_consumer_config(
-                    client, settings.group_id, self._static_id, settings.session_timeout_ms
-                ),
-                "max.poll.interval.ms": 600_000,
-            }
-        )
+        self._fences = Fences()
+        self._consumer = self._new_consumer()
         self._check_topics_known: set[str] = set()
         self._halves = TopicCursor(client, self.topics.half)
         self._ops = TopicCursor(client, self.topics.op)
@@ -131,16 +126,33 @@ class Checker:
             TopicCatalog(self._admin, 30.0, settings.principal),
             transaction_timeout_ms=settings.kafka_transaction_timeout_ms,
         )
-        self._consumer.subscribe(
+
+    # ----------------------------------------------------------- membership
+
+    def _new_consumer(self) -> Consumer:
+        """The rounds' group member: it owns half partitions, the rounds read them."""
+        consumer = Consumer(
+            {
+                **group_consumer_config(
+                    self.settings.client_config(),
+                    self.settings.group_id,
+                    self._static_id,
+                    self.settings.session_timeout_ms,
+                ),
+                "max.poll.interval.ms": 600_000,
+            }
+        )
+        consumer.subscribe(
             [self.topics.half],
             on_assign=self._on_assign,
             on_revoke=self._on_revoke,
             on_lost=self._on_revoke,
         )
-
-    # ----------------------------------------------------------- membership
+        return consumer
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if consumer is not self._consumer:
+            return  # a replaced consumer's last word
         consumer.incremental_assign(partitions)
         consumer.pause(partitions)  # membership only: the rounds read with their own cursors
         with self._assignment_lock:
@@ -150,6 +162,8 @@ class Checker:
         self.assigned.set()
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if consumer is not self._consumer:
+            return
         with self._assignment_lock:
             for tp in partitions:
                 self._owned.pop(tp.partition, None)
@@ -196,7 +210,13 @@ class Checker:
         message = self._consumer.poll(timeout)
         error = message.error() if message is not None else None
         if error is not None and self._static_id is not None and is_instance_fenced(error):
-            raise DuplicateInstanceError(self._static_id, f"group {self.settings.group_id!r}")
+            if self._fences.too_many():
+                raise DuplicateInstanceError(self._static_id, f"group {self.settings.group_id!r}")
+            log.warning("group consumer fenced (%s): joining again with a fresh one", error.str())
+            old, self._consumer = self._consumer, self._new_consumer()
+            with self._assignment_lock:
+                self._owned.clear()
+            close_in_background(old)
         if error is not None and is_authorization_failure(error):
             settings = self.settings
             resource = (

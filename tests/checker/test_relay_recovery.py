@@ -11,8 +11,10 @@ import time
 import uuid
 
 import pytest
+from confluent_kafka import Consumer
 
-from checker.membership import group_consumer_config
+from checker.membership import FENCES_LIMIT, FENCES_WINDOW_SECONDS, Fences, group_consumer_config
+from checker.relay import relay_group
 from checker.settings import platform_instance_id
 from outbox.protocol import OpRecord, RealRecord, Resolution
 from tests.checker.support import pending_half, wait_for, write
@@ -94,13 +96,49 @@ def test_a_second_replica_with_the_same_id_is_refused(outbox_topics: OutboxTopic
     relaying(first, outbox_topics)
     second = CheckerProcess(outbox_topics, "twin", **DEFAULTS)
     processes.append(second)
-    wait_for(lambda: first.process.poll() is not None, 60, "the replica whose id was taken to exit")
+    wait_for(lambda: first.process.poll() is not None, 90, "the replica whose id was taken to exit")
     assert first.process.returncode != 0
     wait_for(lambda: "another checker replica runs with instance id 'twin'" in first.log(), 10)
     # The one that took the id over publishes on alone.
     waiting = commit_in_every_partition(outbox_topics, "after")
     wait_for(lambda: waiting <= published(outbox_topics), 60, "the other twin to publish")
     assert second.process.poll() is None
+
+
+@pytest.mark.kafka
+def test_a_replica_fenced_once_joins_again_and_publishes_on(outbox_topics: OutboxTopics, processes):
+    """A broker restart can fence a lone static member once (its join repeated after the
+    answer was lost): that is no twin, and the replica must not exit for it."""
+    replica = CheckerProcess(outbox_topics, "lone", **DEFAULTS)
+    processes.append(replica)
+    relaying(replica, outbox_topics)
+    group = relay_group(f"{outbox_topics.names.prefix}.checker")
+    intruder = Consumer(group_consumer_config(outbox_topics.client_config, group, "lone", 6000))
+    intruder.subscribe([outbox_topics.names.op])
+    try:
+        deadline = time.monotonic() + 30
+        while not intruder.assignment() and time.monotonic() < deadline:
+            intruder.poll(0.2)
+    finally:
+        intruder.close()
+    try:
+        wait_for(lambda: "relay consumer fenced" in replica.log(), 30, "the replica to be fenced")
+    except AssertionError:
+        raise AssertionError(replica.log()[-3000:]) from None
+    waiting = commit_in_every_partition(outbox_topics, "after-fence")
+    wait_for(lambda: waiting <= published(outbox_topics), 60, "publication after the fence")
+    assert replica.process.poll() is None, replica.log()
+
+
+def test_only_repeated_fences_within_a_minute_make_a_twin():
+    now = [0.0]
+    fences = Fences(lambda: now[0])
+    for _ in range(FENCES_LIMIT - 1):
+        assert not fences.too_many()
+        now[0] += FENCES_WINDOW_SECONDS / FENCES_LIMIT
+    assert fences.too_many()
+    now[0] += FENCES_WINDOW_SECONDS * 2  # long after: a fence of its own again
+    assert not fences.too_many()
 
 
 def test_the_pod_name_is_the_instance_id_under_kubernetes_only():
