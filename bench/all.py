@@ -259,6 +259,7 @@ def _summary(results: Results, options: Options) -> list[tuple[str, float | None
     v_senders = options.visible.senders if options.visible else senders
     sync = results.visible.of("sync") if results.visible else None
     oneway = results.visible.of("oneway") if results.visible else None
+    steady = results.visible.of("steady") if results.visible else None
     plain = results.producer.at(v_senders)[0] if results.producer else None
     rss_at = count_label(options.checker.rss_halves if options.checker else 1_000_000)
     return [
@@ -276,6 +277,8 @@ def _summary(results: Results, options: Options) -> list[tuple[str, float | None
         ("visible_p50_ms", sync.visible_p50_ms if sync else None, ".1f"),
         ("visible_p99_ms", sync.visible_p99_ms if sync else None, ".1f"),
         ("oneway_visible_p99_ms", oneway.visible_p99_ms if oneway else None, ".1f"),
+        ("visible_steady_p50_ms", steady.visible_p50_ms if steady else None, ".1f"),
+        ("visible_steady_p99_ms", steady.visible_p99_ms if steady else None, ".1f"),
         ("relay_commits_per_s", r.commits_per_s if r else None, ".0f"),
         ("checker_halves_per_s", c.scan.halves_per_s if c else None, ".0f"),
         ("answers_per_s", c.scan.answers_per_s if c else None, ".0f"),

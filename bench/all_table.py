@@ -224,7 +224,9 @@ def _visible_rows(
         if not result.available:
             rows.append((f"{mode} msg/s", "-", "", f"unavailable: {result.unavailable_reason}"))
             continue
-        ratio = ratio_to(result.msgs_per_s, plain)
+        steady = mode == "steady"
+        ratio = None if steady else ratio_to(result.msgs_per_s, plain)
+        load = f"offered {options.rate:g} tx/s" if steady else "plain from the producer bench"
         p99_ok = result.visible_p99_ms is not None and result.visible_p99_ms <= (
             aims.AIM_VISIBLE_P99_MS
         )
@@ -233,7 +235,7 @@ def _visible_rows(
                 f"{mode} msg/s (ratio to plain)",
                 f"{_num(result.msgs_per_s)} ({_num(ratio, '.3f')})",
                 "",
-                f"at {n} senders; plain from the producer bench",
+                f"at {result.senders} senders; {load}",
             ),
             (
                 f"{mode} commit-to-visible p50 / p99 ms",
@@ -242,6 +244,7 @@ def _visible_rows(
                 f"{result.visible:,} of {result.committed:,} commits seen by a read_committed "
                 f"reader; max {_num(result.visible_max_ms, ',.1f')} ms",
             ),
+            (f"{mode} relay stages", visible.stage_line(result.stages), "", "per relay batch"),
         ]
     return rows
 

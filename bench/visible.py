@@ -10,9 +10,12 @@ transaction id first appears. The checker runs as its own process
 (``python -m outbox checker``), as a deployment runs the sidecar, and timing
 starts only once it relays.
 
-Two modes: ``sync`` (``send_message_in_transaction`` waits for its decision
+Three modes: ``sync`` (``send_message_in_transaction`` waits for its decision
 to be acknowledged) and ``oneway`` (``end_oneway=True``: it returns after the
-local transaction). A producer without ``end_oneway`` (the setting is
+local transaction), each as fast as ``senders`` threads go, and ``steady``:
+sync sends at a fixed offered load (``--rate``, 1 000 tx/s), spread over
+``STEADY_SENDERS`` threads on a fixed schedule, which is what a service sees
+when it is not saturating the outbox. A producer without ``end_oneway`` (the setting is
 rejected) reports the oneway mode as unavailable rather than failing.
 """
 
@@ -25,6 +28,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -33,20 +37,25 @@ from typing import IO, Any
 
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
+from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 from rich.console import Console
 
 from bench.common import bench_main, percentile_ms, run_on_broker
 from bench.producer import run_cell
+from checker import metrics
 from outbox import LocalTransactionState, Message, TransactionProducer
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
 from outbox.message import EndStatus
 from outbox.protocol import Header, TopicNames
 from outbox.settings import ProducerSettings
+from outbox_devtools.processes import free_port
 
 GROUP = "bench-visible"
 _TXN_HEADER = Header.TRANSACTION_ID.value
-MODES = ("sync", "oneway")
+MODES = ("sync", "oneway", "steady")
+STEADY_SENDERS = 16
+"""Threads sharing the steady schedule: enough for sends of ~10 ms at 1 000 tx/s."""
 
 
 class StampCommits:
@@ -86,7 +95,12 @@ class Watcher:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            for message in self._consumer.consume(1000, timeout=0.05):
+            # poll() returns at the first record; consume(n, timeout) would wait for n or the
+            # whole timeout, and that wait would be counted as the relay's.
+            first = self._consumer.poll(0.05)
+            if first is None:
+                continue
+            for message in [first, *self._consumer.consume(1000, timeout=0)]:
                 if message.error() is not None:
                     continue
                 now = time.monotonic()
@@ -116,11 +130,15 @@ class ModeResult:
     visible_max_ms: float | None = None
     errors: int = 0
     other_cpu_pct: float | None = None
+    stages: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    """The relay's stages in the window (:class:`StageScrape`): batches, mean and p99 ms."""
 
 
 @dataclass
 class Options:
     senders: int = 64
+    rate: float = 1000.0
+    """The steady mode's offered load, transactions per second."""
     seconds: float = 10.0
     warmup: float = 2.0
     value_bytes: int = 1024
@@ -151,7 +169,55 @@ class Report:
         return {"results": [asdict(r) for r in self.results], "ok": self.ok}
 
 
-def start_checker(bootstrap: str, prefix: str, log: IO[bytes]) -> subprocess.Popen[bytes]:
+class StageScrape:
+    """The relay's per-stage histograms (``outbox_checker_relay_stage_seconds``), scraped
+    from the checker's ``/metrics`` before and after a mode: where a commit's time went."""
+
+    def __init__(self, port: int) -> None:
+        self._url = f"http://127.0.0.1:{port}/metrics"
+
+    def sample(self) -> dict[str, dict[str, float]]:
+        """Per stage, its ``sum``, ``count`` and cumulative buckets (``le`` as text)."""
+        try:
+            with urllib.request.urlopen(self._url, timeout=5) as answer:
+                text = answer.read().decode()
+        except OSError:
+            return {}
+        stages: dict[str, dict[str, float]] = {}
+        for family in text_string_to_metric_families(text):
+            if family.name != "outbox_checker_relay_stage_seconds":
+                continue
+            for sample in family.samples:
+                stage = stages.setdefault(sample.labels["stage"], {})
+                if sample.name.endswith("_bucket"):
+                    stage[sample.labels["le"]] = sample.value
+                elif sample.name.endswith(("_sum", "_count")):
+                    stage[sample.name.rsplit("_", 1)[1]] = sample.value
+        return stages
+
+    @staticmethod
+    def stage_ms(
+        before: dict[str, dict[str, float]], after: dict[str, dict[str, float]]
+    ) -> dict[str, dict[str, float | None]]:
+        """Per stage between two samples: batches, mean ms, and p99 ms as a bucket's bound."""
+        figures: dict[str, dict[str, float | None]] = {}
+        for stage, now in after.items():
+            then = before.get(stage, {})
+            count = now.get("count", 0.0) - then.get("count", 0.0)
+            if count <= 0:
+                continue
+            mean = (now.get("sum", 0.0) - then.get("sum", 0.0)) / count * 1000
+            bounds = sorted(
+                (float(le), now[le] - then.get(le, 0.0)) for le in now if le not in ("sum", "count")
+            )
+            p99 = next((le * 1000 for le, n in bounds if n >= 0.99 * count), None)
+            figures[stage] = {"batches": count, "mean_ms": round(mean, 2), "p99_ms": p99}
+        return figures
+
+
+def start_checker(
+    bootstrap: str, prefix: str, log: IO[bytes], port: int
+) -> subprocess.Popen[bytes]:
     """The checker sidecar (and its relay) as its own process, rounds effectively off.
 
     Its log goes to a file, not a pipe: a pipe nobody reads would stop it once full.
@@ -160,7 +226,7 @@ def start_checker(bootstrap: str, prefix: str, log: IO[bytes]) -> subprocess.Pop
         **os.environ,
         "OUTBOX_BOOTSTRAP_SERVERS": bootstrap,
         "OUTBOX_TOPIC_PREFIX": prefix,
-        "OUTBOX_HTTP_ADDRESS": "",
+        "OUTBOX_HTTP_ADDRESS": f"127.0.0.1:{port}",
         "OUTBOX_CHECK_INTERVAL_SECONDS": "3600",
     }
     return subprocess.Popen(
@@ -191,27 +257,41 @@ def _wait_until_relaying(producer: TransactionProducer, watcher: Watcher, real: 
 
 
 def run_mode(
-    options: Options, bootstrap: str, prefix: str, mode: str, broker_pid: int | None
+    options: Options,
+    bootstrap: str,
+    prefix: str,
+    mode: str,
+    broker_pid: int | None,
+    stages: StageScrape,
 ) -> ModeResult:
     settings = _settings(bootstrap, prefix, mode)
+    senders = STEADY_SENDERS if mode == "steady" else options.senders
     if isinstance(settings, str):
-        return ModeResult(mode, options.senders, available=False, unavailable_reason=settings)
+        return ModeResult(mode, senders, available=False, unavailable_reason=settings)
     real = f"{prefix}.events"
     value = os.urandom(options.value_bytes)
     listener = StampCommits()
     watcher = Watcher(bootstrap, real)
     producer = TransactionProducer(GROUP, listener, settings).start()
-    committed: list[list[str]] = [[] for _ in range(options.senders)]
+    committed: list[list[str]] = [[] for _ in range(senders)]
+    schedule: list[float] = []
     try:
         _wait_until_relaying(producer, watcher, real)
 
         def send(index: int, seq: int) -> float | None:
+            if mode == "steady":
+                if not schedule:
+                    schedule.append(time.monotonic())
+                # Send k of thread i is due at (k * senders + i) / rate: a fixed offered load.
+                due = schedule[0] + ((seq - 1) * senders + index) / options.rate
+                time.sleep(max(0.0, due - time.monotonic()))
             result = producer.send_message_in_transaction(Message(topic=real, value=value))
             if mode == "oneway" or result.end_status is EndStatus.COMMITTED:
                 committed[index].append(result.transaction_id)
             return None
 
-        run = run_cell(send, options.senders, options.warmup, options.seconds, broker_pid)
+        stages_before = stages.sample()
+        run = run_cell(send, senders, options.warmup, options.seconds, broker_pid)
         # run_cell's window is on the perf_counter clock, the stamps on the monotonic one.
         shift = time.monotonic() - time.perf_counter()
         start, end = run.window_start + shift, run.window_end + shift
@@ -224,13 +304,14 @@ def run_mode(
         deadline = time.monotonic() + 30
         while any(t not in watcher.seen for t in inside) and time.monotonic() < deadline:
             time.sleep(0.1)
+        stage_figures = StageScrape.stage_ms(stages_before, stages.sample())
     finally:
         producer.shutdown()
         watcher.close()
     delays = [watcher.seen[t] - listener.answered[t] for t in inside if t in watcher.seen]
     return ModeResult(
         mode,
-        options.senders,
+        senders,
         available=True,
         msgs_per_s=round(len(inside) / options.seconds, 1),
         committed=len(inside),
@@ -240,6 +321,7 @@ def run_mode(
         visible_max_ms=percentile_ms(delays, 100),
         errors=len(run.errors),
         other_cpu_pct=run.other_cpu_pct,
+        stages=stage_figures,
     )
 
 
@@ -253,12 +335,21 @@ def measure(console: Console, options: Options, bootstrap: str, broker_pid: int 
             TopicSpec(f"{prefix}.events", options.partitions, 1),
         ],
     )
+    port = free_port()
     with tempfile.TemporaryFile() as log:
-        checker = start_checker(bootstrap, prefix, log)
+        checker = start_checker(bootstrap, prefix, log, port)
         try:
             results = [
                 _mode_with_progress(
-                    console, options, bootstrap, prefix, mode, broker_pid, checker, log
+                    console,
+                    options,
+                    bootstrap,
+                    prefix,
+                    mode,
+                    broker_pid,
+                    checker,
+                    log,
+                    StageScrape(port),
                 )
                 for mode in options.modes
             ]
@@ -281,9 +372,12 @@ def _mode_with_progress(
     broker_pid: int | None,
     checker: subprocess.Popen[bytes],
     log: IO[bytes],
+    stages: StageScrape,
 ) -> ModeResult:
     console.print(
-        f"[bold cyan]==>[/] {mode} senders={options.senders}, checker relaying: "
+        f"[bold cyan]==>[/] {mode} senders="
+        f"{STEADY_SENDERS if mode == 'steady' else options.senders}"
+        f"{f' at {options.rate:g} tx/s' if mode == 'steady' else ''}, checker relaying: "
         f"warm-up {options.warmup:g}s, measuring {options.seconds:g}s",
         highlight=False,
     )
@@ -291,7 +385,7 @@ def _mode_with_progress(
         log.seek(0)
         tail = log.read().decode(errors="replace")[-2000:]
         raise RuntimeError(f"the checker exited {checker.returncode}: {tail}")
-    result = run_mode(options, bootstrap, prefix, mode, broker_pid)
+    result = run_mode(options, bootstrap, prefix, mode, broker_pid, stages)
     if not result.available:
         console.print(f"    unavailable: {result.unavailable_reason}", highlight=False)
     else:
@@ -302,7 +396,18 @@ def _mode_with_progress(
             f"{result.errors} errors, other cpu {result.other_cpu_pct}%",
             highlight=False,
         )
+        console.print(f"    relay stages: {stage_line(result.stages)}", highlight=False)
     return result
+
+
+def stage_line(stages: dict[str, dict[str, float | None]]) -> str:
+    """``op_wait 3.1 / 9.8 ms, ...``: each stage's mean / p99 per batch, in stage order."""
+    parts = [
+        f"{name} {stages[name]['mean_ms']:g} / {stages[name]['p99_ms']:g} ms"
+        for name in metrics.RELAY_STAGES
+        if name in stages and stages[name]["p99_ms"] is not None
+    ]
+    return ", ".join(parts) + " (mean / p99 per batch)" if parts else "not scraped"
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Options:
@@ -315,18 +420,22 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
     parser.add_argument("--warmup", type=float, default=Options.warmup)
     parser.add_argument("--value-bytes", type=int, default=Options.value_bytes)
     parser.add_argument("--partitions", type=int, default=Options.partitions)
-    parser.add_argument("--modes", default=",".join(MODES), help="sync and/or oneway")
+    parser.add_argument("--rate", type=float, default=Options.rate, help="steady tx/s")
+    parser.add_argument("--modes", default=",".join(MODES), help="of sync, oneway, steady")
     parser.add_argument("--bootstrap-servers")
     args = parser.parse_args(argv)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if not modes or any(m not in MODES for m in modes):
-        parser.error(f"--modes are sync and/or oneway, got {args.modes!r}")
+        parser.error(f"--modes are of {', '.join(MODES)}, got {args.modes!r}")
+    if args.rate <= 0:
+        parser.error("--rate must be positive")
     if args.senders < 1 or args.seconds <= 0 or args.warmup < 0 or args.value_bytes < 1:
         parser.error("--senders, --seconds and --value-bytes must be positive")
     if args.partitions < 1:
         parser.error("--partitions must be at least 1")
     return Options(
         senders=args.senders,
+        rate=args.rate,
         seconds=args.seconds,
         warmup=args.warmup,
         value_bytes=args.value_bytes,

@@ -129,9 +129,8 @@ class TopicCursor:
         started = time.monotonic()
         replace_at = None if was_at_end else started + patience / 3
         while True:
-            # consume() waits for a full batch or its timeout, so ask in short slices.
             try:
-                messages = self._consumer.consume(_BATCH, timeout=_SLICE)
+                messages = self._arrived()
             except KafkaException as exc:
                 raise KafkaUnavailableError(f"reading {self._topic}: {exc}") from None
             for message in messages:
@@ -163,6 +162,21 @@ class TopicCursor:
         raise KafkaUnavailableError(
             f"reading {self._topic}[{self._partition}] returned nothing in {patience:g}s"
         )
+
+    def _arrived(self) -> list[Any]:
+        """What the consumer holds now, else the first thing to arrive within a short slice.
+
+        ``consume(n, timeout)`` waits for ``n`` messages or its whole timeout, so a
+        read at the tail of a partition (the relay's halves, written milliseconds
+        before the decisions naming them) would wait the slice out every time.
+        """
+        messages = self._consumer.consume(_BATCH, timeout=0)
+        if messages:
+            return messages
+        first = self._consumer.poll(_SLICE)
+        if first is None:
+            return []
+        return [first, *self._consumer.consume(_BATCH - 1, timeout=0)]
 
     def _end_is_behind(self) -> bool:
         """At most every ``end_check_seconds``: does the partition go on past this consumer?

@@ -55,10 +55,16 @@ from checker import metrics
 from checker.decision_memory import DecisionMemory, SharedScan
 from checker.half_lookup import HalfLookup
 from checker.kafka_reader import TopicCursor, end_offsets
+from checker.membership import Fences, group_consumer_config, is_instance_fenced
 from checker.watchdog import StuckError, call_with_deadline
 from outbox.access import is_authorization_failure, principal_of
 from outbox.acked_writer import produce_when_room
-from outbox.errors import InvalidMessageError, KafkaUnavailableError, NotAuthorizedError
+from outbox.errors import (
+    DuplicateInstanceError,
+    InvalidMessageError,
+    KafkaUnavailableError,
+    NotAuthorizedError,
+)
 from outbox.protocol import (
     Decision,
     DiscardReason,
@@ -79,6 +85,8 @@ from outbox.topic_catalog import TopicCatalog
 log = logging.getLogger(__name__)
 
 _PRODUCER_GROUP = Header.PRODUCER_GROUP.value
+_MAX_BACKOFF = 2.0
+_STAGE = {stage: metrics.RELAY_STAGE_SECONDS.labels(stage) for stage in metrics.RELAY_STAGES}
 
 
 def relay_group(checker_group: str) -> str:
@@ -124,13 +132,19 @@ class RelaySettings:
     timeout: float = 30.0
     silence_seconds: float = 10.0
     """Idle this long while its op partitions have undelivered decisions: the consumer is wedged."""
+    session_timeout_ms: int = 6_000
+    """The relay consumer's session (:mod:`checker.membership`)."""
 
     @property
     def transaction_deadline(self) -> float:
         """A batch's Kafka transaction still running this long is abandoned and its producer
-        fenced: three client calls' worth (produce, offsets, commit), each bounded by
-        ``timeout`` except where librdkafka fails to bound it."""
-        return self.timeout * 3
+        fenced. The coordinator aborts a transaction open longer than
+        ``transaction_timeout_ms`` itself, so one still running past it cannot commit any
+        more; waiting beyond that only stalls publication. The margin (5 s) covers the
+        commit of a transaction begun just inside the timeout: a batch commits in a few ms
+        (``outbox_checker_relay_stage_seconds``), under 1 s at p99 on a loaded 2-core
+        machine."""
+        return self.transaction_timeout_ms / 1000 + 5.0
 
 
 class Relay:
@@ -145,8 +159,15 @@ class Relay:
         transactional_id: str,
         settings: RelaySettings = RelaySettings(),
         now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        instance_id: str | None = None,
     ) -> None:
+        """``instance_id``: the replica's stable id, for static membership of the relay's
+        group (:mod:`checker.membership`); ``None`` joins as a dynamic member."""
         self._topics = topics
+        self._instance_id = instance_id
+        self.failure: DuplicateInstanceError | None = None
+        """Why the relay stopped on its own: it cannot go on beside a replica of its id."""
+        self._fences = Fences()
         self._settings = settings
         self._now_ms = now_ms
         self._client_config = client_config
@@ -198,6 +219,11 @@ class Relay:
             try:
                 self.pump(0.2)
                 backoff = 0.5
+            except DuplicateInstanceError as exc:
+                log.error("relay stopped: %s", exc)
+                self.failure = exc
+                self._stopping.set()
+                return
             except (KafkaException, KafkaUnavailableError, NotAuthorizedError) as exc:
                 problem = self._refusal(exc.args[0]) if isinstance(exc, KafkaException) else None
                 _log_failed_batch(problem or exc, backoff)
@@ -206,7 +232,9 @@ class Relay:
             else:
                 continue
             self._stopping.wait(backoff)
-            backoff = min(backoff * 2, 10.0)
+            # At most 2 s: the wait after the last failure is a stall once Kafka is back, and
+            # every attempt in between is a batch read again and its offsets asked for.
+            backoff = min(backoff * 2, _MAX_BACKOFF)
             try:
                 self._rewind()
             except Exception:
@@ -257,14 +285,12 @@ class Relay:
 
     def _new_consumer(self) -> Consumer:
         consumer = Consumer(
-            {
-                **self._client_config,
-                "group.id": self._group_id,
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-                "isolation.level": "read_committed",
-                "partition.assignment.strategy": "cooperative-sticky",
-            }
+            group_consumer_config(
+                self._client_config,
+                self._group_id,
+                self._instance_id,
+                self._settings.session_timeout_ms,
+            )
         )
         consumer.subscribe(
             [self._topics.op],
@@ -424,10 +450,13 @@ class Relay:
             return BatchReport()
         self._silence.heard()
         messages = [first, *self._consumer.consume(self._settings.batch - 1, timeout=0)]
-        records = [RawRecord.from_kafka(m) for m in messages if _usable(m)]
+        records = [RawRecord.from_kafka(m) for m in messages if self._usable(m)]
         records = [r for r in records if r.partition in self._memories]
         if not records:
             return BatchReport()
+        stored = [r.timestamp_ms for r in records if r.timestamp_ms is not None]
+        if stored:
+            _STAGE["op_wait"].observe(max(0, self._now_ms() - min(stored)) / 1000)
         started = time.monotonic()
         report = self._relay(records)
         metrics.RELAY_BATCH_SECONDS.observe(time.monotonic() - started)
@@ -465,6 +494,10 @@ class Relay:
             "relay idle while op partitions %s hold unread decisions: replacing its consumer",
             behind,
         )
+        self._replace_consumer()
+
+    def _replace_consumer(self) -> None:
+        """Join the group again with a fresh consumer; it resumes from the committed offsets."""
         old, self._consumer = self._consumer, self._new_consumer()
         for partition in list(self._memories):
             self._halves.forget(partition)
@@ -579,11 +612,15 @@ class Relay:
         group: object,
     ) -> None:
         """The batch's Kafka transaction: real records, discards, op offsets with the memory."""
+        started = time.monotonic()
         producer.begin_transaction()
         for record in outgoing:
             produce_when_room(producer, **record.produce_kwargs())
+        produced = time.monotonic()
+        _STAGE["produce"].observe(produced - started)
         producer.send_offsets_to_transaction(offsets, group, self._settings.timeout)
         producer.commit_transaction(self._settings.timeout)
+        _STAGE["commit"].observe(time.monotonic() - produced)
 
     def _restore_records(
         self, commits: dict[int, list[Decision]], report: BatchReport
@@ -591,7 +628,9 @@ class Relay:
         """The real records of the commits, in op order; discards for those that cannot be."""
         outgoing: list[OutgoingRecord] = []
         for partition, ops in commits.items():
+            started = time.monotonic()
             halves = self._halves.fetch(partition, (op.half_offset for op in ops))
+            _STAGE["half_lookup"].observe(time.monotonic() - started)
             for op in ops:
                 record, problem = self._real_record(op, halves.get(op.half_offset))
                 if record is not None:
@@ -653,6 +692,20 @@ class Relay:
             self._half_ends[decision.half_partition] = end
         return decision.half_offset < end
 
+    def _usable(self, message: KafkaMessage) -> bool:
+        error = message.error()
+        if error is None:
+            return True
+        if self._instance_id is not None and is_instance_fenced(error):
+            if self._fences.too_many():
+                raise DuplicateInstanceError(self._instance_id, f"relay group {self._group_id!r}")
+            log.warning("relay consumer fenced (%s): joining again with a fresh one", error.str())
+            self._replace_consumer()
+            return False
+        if error.code() != KafkaError._PARTITION_EOF:
+            raise KafkaException(error)
+        return False
+
     def _shared_scans(
         self, decisions: list[tuple[RawRecord, Decision | None]]
     ) -> dict[int, SharedScan]:
@@ -698,15 +751,6 @@ class Relay:
                 offset = batch[-1].offset + 1
 
         return read
-
-
-def _usable(message: KafkaMessage) -> bool:
-    error = message.error()
-    if error is None:
-        return True
-    if error.code() != KafkaError._PARTITION_EOF:
-        raise KafkaException(error)
-    return False
 
 
 def _decode(raw: RawRecord) -> Decision | None:

@@ -25,14 +25,21 @@ from tenacity import Retrying, retry_if_exception_type, wait_exponential
 from checker import metrics
 from checker.ended import EndedTransactions
 from checker.kafka_reader import KafkaPartitionReader, TopicCursor
+from checker.membership import Fences, group_consumer_config, is_instance_fenced
 from checker.relay import Relay, RelaySettings, relay_group, relay_transactional_id
 from checker.round_writer import FencedError, RoundWriter, decode_checkpoint
 from checker.rules import RoundRules, iter_round
 from checker.settings import CheckerSettings
 from outbox.access import connect, is_authorization_failure
 from outbox.admin import TopicSpec, ensure_topics
-from outbox.errors import KafkaUnavailableError, NotAuthorizedError, TopicAdminError
+from outbox.errors import (
+    DuplicateInstanceError,
+    KafkaUnavailableError,
+    NotAuthorizedError,
+    TopicAdminError,
+)
 from outbox.protocol import HalfRecord, OutgoingRecord
+from outbox.silence import close_in_background
 from outbox.topic_catalog import TopicCatalog
 
 log = logging.getLogger(__name__)
@@ -102,24 +109,15 @@ class Checker:
         self._admin = connect(
             client, settings, settings.bootstrap_servers, settings.start_timeout_seconds
         )
-        self._consumer = Consumer(
-            {
-                **client,
-                "group.id": settings.group_id,
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-                "isolation.level": "read_committed",
-                "max.poll.interval.ms": 600_000,
-                "partition.assignment.strategy": "cooperative-sticky",
-            }
-        )
+        self._static_id = settings.stable_instance_id
+        """Its id if it survives restarts: then a static member (:mod:`checker.membership`)."""
+        instance = self._static_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self._instance = instance
+        self._fences = Fences()
+        self._consumer = self._new_consumer()
         self._check_topics_known: set[str] = set()
         self._halves = TopicCursor(client, self.topics.half)
         self._ops = TopicCursor(client, self.topics.op)
-        instance = settings.instance_id or (
-            f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        )
-        self._instance = instance
         self.relay: Relay | None = None
         self._writer = RoundWriter(
             client,
@@ -128,16 +126,33 @@ class Checker:
             TopicCatalog(self._admin, 30.0, settings.principal),
             transaction_timeout_ms=settings.kafka_transaction_timeout_ms,
         )
-        self._consumer.subscribe(
+
+    # ----------------------------------------------------------- membership
+
+    def _new_consumer(self) -> Consumer:
+        """The rounds' group member: it owns half partitions, the rounds read them."""
+        consumer = Consumer(
+            {
+                **group_consumer_config(
+                    self.settings.client_config(),
+                    self.settings.group_id,
+                    self._static_id,
+                    self.settings.session_timeout_ms,
+                ),
+                "max.poll.interval.ms": 600_000,
+            }
+        )
+        consumer.subscribe(
             [self.topics.half],
             on_assign=self._on_assign,
             on_revoke=self._on_revoke,
             on_lost=self._on_revoke,
         )
-
-    # ----------------------------------------------------------- membership
+        return consumer
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if consumer is not self._consumer:
+            return  # a replaced consumer's last word
         consumer.incremental_assign(partitions)
         consumer.pause(partitions)  # membership only: the rounds read with their own cursors
         with self._assignment_lock:
@@ -147,6 +162,8 @@ class Checker:
         self.assigned.set()
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if consumer is not self._consumer:
+            return
         with self._assignment_lock:
             for tp in partitions:
                 self._owned.pop(tp.partition, None)
@@ -188,8 +205,18 @@ class Checker:
         A refusal by the authoriser ends the replica: without its group or the
         half topic it would wait for partitions forever.
         """
+        if self.relay is not None and self.relay.failure is not None:
+            raise self.relay.failure
         message = self._consumer.poll(timeout)
         error = message.error() if message is not None else None
+        if error is not None and self._static_id is not None and is_instance_fenced(error):
+            if self._fences.too_many():
+                raise DuplicateInstanceError(self._static_id, f"group {self.settings.group_id!r}")
+            log.warning("group consumer fenced (%s): joining again with a fresh one", error.str())
+            old, self._consumer = self._consumer, self._new_consumer()
+            with self._assignment_lock:
+                self._owned.clear()
+            close_in_background(old)
         if error is not None and is_authorization_failure(error):
             settings = self.settings
             resource = (
@@ -265,8 +292,10 @@ class Checker:
                     batch=settings.relay_batch,
                     memory=settings.relay_memory,
                     transaction_timeout_ms=settings.relay_transaction_timeout_ms,
+                    session_timeout_ms=settings.session_timeout_ms,
                 ),
                 now_ms=self._now_ms,
+                instance_id=self._static_id,
             )
             self.relay.start()
         return self.relay

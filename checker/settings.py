@@ -5,6 +5,9 @@ Defaults are RocketMQ 5.x's (``BrokerConfig``, ``TransactionalMessageServiceImpl
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+
 from pydantic import Field, field_validator
 
 from outbox.config import KafkaSettings
@@ -48,9 +51,18 @@ class CheckerSettings(KafkaSettings):
     )
     instance_id: str | None = Field(
         None,
-        description="stable id of this replica (e.g. a StatefulSet pod name), for its Kafka"
-        " transactional.id: a restarted replica then aborts its predecessor's open"
-        " transaction at once instead of after the transaction timeout",
+        description="stable id of this replica, unique among the running ones (compose: the"
+        " service name and replica index), for its Kafka transactional.ids and static group"
+        " membership: a restarted replica then fences its predecessor and takes its partitions"
+        " back at once; default: the pod name under Kubernetes (HOSTNAME, stable for a"
+        " StatefulSet), else a random id per process",
+    )
+    session_timeout_ms: int = Field(
+        6_000,
+        ge=1_000,
+        description="Kafka session.timeout.ms of the relay's and the rounds' consumers: a"
+        " killed replica's partitions move to the others after this long (the broker's"
+        " group.min.session.timeout.ms, 6000 by default, is the floor it accepts)",
     )
     kafka_transaction_timeout_ms: int = Field(
         30_000, ge=1000, description="Kafka transaction.timeout.ms of the round writer"
@@ -111,6 +123,11 @@ class CheckerSettings(KafkaSettings):
         return value
 
     @property
+    def stable_instance_id(self) -> str | None:
+        """The replica's id if it survives a restart: set, or given by the platform."""
+        return self.instance_id or platform_instance_id(os.environ)
+
+    @property
     def group_id(self) -> str:
         return self.consumer_group or f"{self.topic_prefix}.checker"
 
@@ -125,3 +142,16 @@ class CheckerSettings(KafkaSettings):
     @property
     def max_process_ms(self) -> int:
         return int(self.max_process_seconds * 1000)
+
+
+def platform_instance_id(environ: Mapping[str, str]) -> str | None:
+    """The name the platform gives this replica again after a restart, if it gives one.
+
+    Under Kubernetes (``KUBERNETES_SERVICE_HOST`` is set in every pod) ``HOSTNAME``
+    is the pod's name: a StatefulSet's ``checker-0`` comes back as ``checker-0``,
+    and two pods of one namespace never share one. Elsewhere a host name says
+    nothing of the kind (two replicas on one host share it), so there is none.
+    """
+    if environ.get("KUBERNETES_SERVICE_HOST"):
+        return environ.get("HOSTNAME") or None
+    return None

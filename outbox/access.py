@@ -75,6 +75,8 @@ def raise_if_group_refused(admin: AdminClient, group: str, timeout: float) -> No
         if exc.args[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
             raise NotAuthorizedError("READ", f"group {group!r}") from None
         log.debug("cannot fetch the offsets of group %s at start: %s", group, exc)
+    except TimeoutError:  # no answer at all: a coordinator still being elected
+        log.debug("no answer on the offsets of group %s at start within %gs", group, timeout)
 
 
 def principal_of(client_config: Mapping[str, Any]) -> str | None:

@@ -14,6 +14,18 @@ class ConfigurationError(OutboxError, ValueError):
     """A setting is missing or invalid."""
 
 
+class DuplicateInstanceError(ConfigurationError):
+    """Another running checker replica has this one's instance id: they would fence each
+    other for ever (its consumer groups and Kafka transactions are claimed by that id)."""
+
+    def __init__(self, instance: str, detail: str = "") -> None:
+        self.instance = instance
+        super().__init__(
+            f"another checker replica runs with instance id {instance!r}"
+            f"{f' ({detail})' if detail else ''}; give each replica its own OUTBOX_INSTANCE_ID"
+        )
+
+
 class KafkaUnavailableError(OutboxError):
     """The Kafka cluster did not answer in time."""
 

@@ -83,6 +83,8 @@ def test_bench_all_on_the_test_broker(kafka_bootstrap: str, tmp_path: Path) -> N
         "visible_p50_ms",
         "visible_p99_ms",
         "oneway_visible_p99_ms",
+        "visible_steady_p50_ms",
+        "visible_steady_p99_ms",
         "relay_commits_per_s",
         "checker_halves_per_s",
         "answers_per_s",

@@ -3,7 +3,13 @@
 from collections import Counter
 
 from outbox.protocol import OpRecord, Resolution
-from outbox_devtools.chaos.verdict import TopicState, duplicate_causes, judge, longest_gap_seconds
+from outbox_devtools.chaos.verdict import (
+    TopicState,
+    duplicate_causes,
+    judge,
+    longest_gap_seconds,
+    publication_stalls,
+)
 
 
 def _op(
@@ -106,3 +112,36 @@ def test_the_lost_say_whether_the_relay_or_the_sink_dropped_them():
     verdict = judge(1, {"a", "b", "c"}, state, Counter({"a": 1}))
     assert (verdict.lost, verdict.unpublished) == (2, 1)
     assert "1 of the lost are not on the real topic either" in verdict.failures
+
+
+def _waiting(owed: dict[str, tuple[float, float | None]]) -> TopicState:
+    """Transactions committed at a time (s) and first published at another (or never)."""
+    return TopicState(
+        commit_stored_ms={t: int(stored * 1000) for t, (stored, _) in owed.items()},
+        first_published_ms={t: int(p * 1000) for t, (_, p) in owed.items() if p is not None},
+        real_timestamps_ms=[int(p * 1000) for _, p in owed.values() if p is not None],
+    )
+
+
+def test_a_publication_stall_counts_only_while_a_commit_waits_and_nothing_blocks():
+    # t1 published at once; t2 committed at 10 s and published at 30 s; t3 idles the run.
+    state = _waiting({"t1": (1.0, 1.1), "t2": (10.0, 30.0), "t3": (31.0, 31.5)})
+    assert publication_stalls(state, []) == [(1.0, 1.1), (10.0, 30.0), (31.0, 31.5)]
+    # The broker was down 12-25 s: only what the outbox took on either side counts.
+    assert publication_stalls(state, [(12.0, 25.0)]) == [
+        (1.0, 1.1),
+        (10.0, 12.0),
+        (25.0, 30.0),
+        (31.0, 31.5),
+    ]
+
+
+def test_a_record_appearing_ends_a_stall_even_while_other_commits_wait():
+    state = _waiting({"slow": (0.0, 20.0), "quick": (5.0, 8.0)})
+    assert publication_stalls(state, []) == [(0.0, 8.0), (8.0, 20.0)]
+
+
+def test_a_commit_never_published_stalls_until_the_last_thing_seen():
+    state = _waiting({"lost": (2.0, None), "later": (3.0, 9.0)})
+    assert publication_stalls(state, []) == [(2.0, 9.0)]
+    assert publication_stalls(state, [(4.0, float("inf"))]) == [(2.0, 4.0)]

@@ -3,6 +3,7 @@
 import pytest
 
 from outbox import TransactionProducer
+from tests.checker.test_checker_processes import processes  # noqa: F401
 from tests.producer.conftest import listener, outbox_topics, producer  # noqa: F401
 
 

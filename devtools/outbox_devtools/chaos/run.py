@@ -45,7 +45,14 @@ from outbox.sql.log import transaction_log_table
 from outbox_devtools.chaos.plan import Fault, FaultKind, fault_plan
 from outbox_devtools.chaos.processes import CLIENT_TIMEOUTS, CheckerProcess, ProducerProcess
 from outbox_devtools.chaos.settings import ChaosSettings
-from outbox_devtools.chaos.verdict import Verdict, judge, longest_gap_seconds, read_topic_state
+from outbox_devtools.chaos.verdict import (
+    Interval,
+    Verdict,
+    judge,
+    longest_gap_seconds,
+    publication_stalls,
+    read_topic_state,
+)
 from outbox_devtools.chaos.worker import GROUP, ORDERS_TABLE, WorkerConfig
 from outbox_devtools.kafka import LocalKafka, LocalKafkaCluster, ensure_kafka_jars
 from outbox_devtools.postgres import LocalPostgres
@@ -97,6 +104,8 @@ class FaultEvent:
     """Epoch seconds of the fault and of its target's return, for the stall time."""
     stall: float | None = None
     """Longest pause in publication on the real topic overlapping the fault."""
+    possible_stall: float | None = None
+    """Longest of the run's publication stalls (while publication was possible) touching it."""
 
 
 @dataclass
@@ -683,14 +692,52 @@ def _run_phases(
             event.stall = longest_gap_seconds(
                 state.real_timestamps_ms, event.began_wall, event.ended_wall
             )
-    return judge(settings.seed, committed, state, rows)
+    stalls = publication_stalls(state, _publication_blocked(cluster))
+    for event in cluster.events:
+        if event.outcome is None:
+            ended = event.ended_wall if event.ended_wall is not None else float("inf")
+            touching = [e - s for s, e in stalls if s <= ended and e >= event.began_wall]
+            event.possible_stall = max(touching, default=0.0)
+    verdict = judge(settings.seed, committed, state, rows)
+    verdict.publication_stall_s = max((e - s for s, e in stalls), default=0.0)
+    return verdict
+
+
+def _publication_blocked(cluster: Cluster) -> list[Interval]:
+    """When no publication could happen (epoch s): the single broker away, or every
+    checker replica killed or frozen. A node of three away leaves a quorum and a leader
+    for every partition, so it blocks nothing: what follows it is the outbox's to win."""
+    blocked: list[Interval] = []
+    down: list[tuple[float, int, int]] = []
+    """(time, checker index, +1 going down / -1 back)"""
+    for event in cluster.events:
+        if event.outcome is not None:
+            continue
+        ended = event.ended_wall if event.ended_wall is not None else float("inf")
+        if isinstance(cluster.kafka, LocalKafka) and (event.node or event.steps):
+            blocked.append((event.began_wall, ended))
+        for process in event.processes:
+            if isinstance(process, CheckerProcess):
+                down += [(event.began_wall, process.index, 1), (ended, process.index, -1)]
+    downs: Counter[int] = Counter()
+    since: float | None = None
+    for moment, index, delta in sorted(down, key=lambda change: (change[0], -change[2])):
+        downs[index] += delta
+        all_down = sum(1 for n in downs.values() if n > 0) == len(cluster.checkers)
+        if all_down and since is None:
+            since = moment
+        elif not all_down and since is not None:
+            blocked.append((since, moment))
+            since = None
+    return blocked
 
 
 def _report(
     console: Console, verdict: Verdict, cluster: Cluster, sink: Sink, seconds: float
 ) -> None:
     faults = Table(title="faults injected")
-    for column in ("at", "fault", "target", "back after", "publication stalled"):
+    columns = ("at", "fault", "target", "back after", "publication stalled", "while possible")
+    for column in columns:
         faults.add_column(column, justify="right")
     for event in cluster.events:
         faults.add_row(
@@ -699,6 +746,7 @@ def _report(
             event.target,
             event.outcome or (f"{event.back_after:.1f}s" if event.back_after is not None else "-"),
             f"{event.stall:.1f}s" if event.stall is not None else "-",
+            f"{event.possible_stall:.1f}s" if event.possible_stall is not None else "-",
         )
     console.print(faults)
     table = Table(title=f"chaos run, seed {verdict.seed} ({seconds:.0f}s)")

@@ -8,6 +8,7 @@ was published) and the sink's table (what landed).
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -36,6 +37,10 @@ class TopicState:
     real: Counter[str] = field(default_factory=Counter)
     real_timestamps_ms: list[int] = field(default_factory=list)
     """When each real record was published (the relay's produce time), for the stall times."""
+    commit_stored_ms: dict[str, int] = field(default_factory=dict)
+    """When each transaction's first COMMIT op was stored: from then on its record is owed."""
+    first_published_ms: dict[str, int] = field(default_factory=dict)
+    """When each transaction's real record first appeared."""
 
     @property
     def decided(self) -> set[str]:
@@ -58,7 +63,11 @@ def read_topic_state(bootstrap: str, topics: TopicNames, real_topics: Iterable[s
     state.transactions = {
         HalfRecord.from_record(raw).transaction_id for raw in records(topics.half)
     }
-    state.ops = [OpRecord.from_record(raw) for raw in records(topics.op)]
+    for raw in records(topics.op):
+        op = OpRecord.from_record(raw)
+        state.ops.append(op)
+        if op.resolution is Resolution.COMMIT and raw.timestamp_ms is not None:
+            state.commit_stored_ms.setdefault(op.transaction_id, raw.timestamp_ms)
     for raw in records(topics.discard):
         if raw.kind() is RecordKind.DISCARD:
             # Read leniently: a discard may stand in for a half that could not be read.
@@ -69,7 +78,69 @@ def read_topic_state(bootstrap: str, topics: TopicNames, real_topics: Iterable[s
         real = records(topic)
         state.real.update(RealRecord.from_record(raw).transaction_id for raw in real)
         state.real_timestamps_ms += [r.timestamp_ms for r in real if r.timestamp_ms is not None]
+        for raw in real:
+            if raw.timestamp_ms is not None:
+                transaction_id = RealRecord.from_record(raw).transaction_id
+                first = state.first_published_ms.get(transaction_id, raw.timestamp_ms)
+                state.first_published_ms[transaction_id] = min(first, raw.timestamp_ms)
     return state
+
+
+Interval = tuple[float, float]
+
+
+def publication_stalls(state: TopicState, blocked: Iterable[Interval]) -> list[Interval]:
+    """Every stretch (epoch s) in which publication was possible and nothing was published.
+
+    Possible: a committed decision was waiting (its COMMIT op stored, its real
+    record not yet there) and the run was not ``blocked`` (no broker quorum, no
+    checker replica running unfrozen: the caller knows its faults). A stretch
+    ends at a real record; a blocked or idle stretch between two parts of it
+    splits it. What is left is the time the outbox itself took: sessions,
+    fencing, timeouts, back-offs, restarts of its clients.
+    """
+    changes: list[tuple[float, int, int, bool]] = []
+    """(time, waiting delta, blocked delta, a record appeared)"""
+    for transaction_id, stored_ms in state.commit_stored_ms.items():
+        published_ms = state.first_published_ms.get(transaction_id)
+        if published_ms is None or published_ms > stored_ms:
+            changes.append((stored_ms / 1000, 1, 0, False))
+            if published_ms is not None:
+                changes.append((published_ms / 1000, -1, 0, False))
+    changes += [(t / 1000, 0, 0, True) for t in state.real_timestamps_ms]
+    for start, end in blocked:
+        changes += [(start, 0, 1, False), (end, 0, -1, False)]
+    changes.sort(key=lambda change: change[0])
+    stalls: list[Interval] = []
+    waiting = blocking = 0
+    run_start: float | None = None
+    previous: float | None = None
+
+    def close(at: float) -> None:
+        nonlocal run_start
+        if run_start is not None and at > run_start:
+            stalls.append((run_start, at))
+        run_start = None
+
+    index = 0
+    while index < len(changes):
+        moment = changes[index][0]
+        if previous is not None:  # the state held over [previous, moment)
+            if waiting > 0 and blocking == 0:
+                run_start = previous if run_start is None else run_start
+            else:
+                close(previous)
+        appeared = False
+        while index < len(changes) and changes[index][0] == moment:
+            _, waits, blocks, record = changes[index]
+            waiting, blocking, appeared = waiting + waits, blocking + blocks, appeared or record
+            index += 1
+        if appeared:
+            close(moment)
+        previous = moment
+    if previous is not None and math.isfinite(previous):
+        close(previous)
+    return stalls
 
 
 def longest_gap_seconds(timestamps_ms: Iterable[int], start: float, end: float) -> float:
@@ -138,6 +209,8 @@ class Verdict:
     sink_rows: int
     unpublished: int = 0
     """Of the lost: not on the real topic either (the relay's loss, not the sink's)."""
+    publication_stall_s: float | None = None
+    """The longest of the :func:`publication_stalls`: a measure, not an invariant."""
 
     @property
     def failures(self) -> list[str]:
@@ -161,6 +234,11 @@ class Verdict:
             f"committed={self.committed} lost={self.lost} phantom={self.phantom} "
             f"duplicates_in_sink={self.duplicates_in_sink} raw_duplicates={self.raw_duplicates} "
             f"pending={self.pending}"
+            + (
+                f" publication_stall_s={self.publication_stall_s:.1f}"
+                if self.publication_stall_s is not None
+                else ""
+            )
         )
 
 

@@ -1,0 +1,87 @@
+"""How a checker replica belongs to its consumer groups (the rounds' and the relay's).
+
+Both groups hand a killed replica's partitions to the others once its session
+expires, so the session timeout is how long a kill stops those partitions:
+librdkafka's default (45 s) held publication that long; the broker's floor
+(``group.min.session.timeout.ms``, 6 s by default) is the default here.
+Heartbeats come from librdkafka's own thread, so a busy Python process does not
+miss them.
+
+A replica with a stable instance id joins as a *static member* (KIP-345,
+``group.instance.id``): restarted within the session, it takes its partitions
+back with no rebalance, and its Kafka transactional ids (derived from the same
+id) fence its predecessor's open transactions at once. Two running replicas
+given the same id would take the membership from each other for ever; the
+broker tells the older one (``FENCED_INSTANCE_ID``, fatal to its consumer),
+which refuses to go on (:class:`outbox.errors.DuplicateInstanceError`) once
+it has been fenced again and again (:class:`Fences`): a single fence also
+happens to a lone replica, when a broker restart loses its group's answer to a
+join that librdkafka then repeats. A
+replica with a random id stays a dynamic member, which leaves its group when
+it closes: a static member does not, and one that never returns would hold its
+partitions for a session.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import KafkaError
+
+FENCES_LIMIT = 4
+FENCES_WINDOW_SECONDS = 60.0
+
+
+def group_consumer_config(
+    client_config: dict[str, Any],
+    group: str,
+    instance: str | None,
+    session_timeout_ms: int,
+) -> dict[str, Any]:
+    """A group consumer's librdkafka settings; pass-through properties win over the session's."""
+    config: dict[str, Any] = {
+        "session.timeout.ms": session_timeout_ms,
+        "heartbeat.interval.ms": max(100, session_timeout_ms // 3),
+        **client_config,
+        "group.id": group,
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "isolation.level": "read_committed",
+        "partition.assignment.strategy": "cooperative-sticky",
+    }
+    if instance is not None:
+        config["group.instance.id"] = instance
+    return config
+
+
+def is_instance_fenced(error: KafkaError) -> bool:
+    """Whether the broker gave this consumer's static membership to another consumer."""
+    if error.code() == KafkaError.FENCED_INSTANCE_ID:
+        return True
+    # librdkafka reports it as a fatal consumer error that names the cause.
+    return error.code() == KafkaError._FATAL and "group.instance.id" in error.str()
+
+
+class Fences:
+    """How often a consumer of this replica lost its static membership lately.
+
+    A twin running with the same id takes it back every few seconds (each
+    fenced consumer joins again with a fresh one, fencing the other), so it
+    reaches ``FENCES_LIMIT`` within ``FENCES_WINDOW_SECONDS``; a broker restart
+    fences a lone replica once.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._times: deque[float] = deque()
+
+    def too_many(self) -> bool:
+        """Count a fence now; whether that makes too many for a lone replica."""
+        now = self._clock()
+        self._times.append(now)
+        while now - self._times[0] > FENCES_WINDOW_SECONDS:
+            self._times.popleft()
+        return len(self._times) >= FENCES_LIMIT
