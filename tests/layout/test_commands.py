@@ -9,6 +9,8 @@ command silently replacing the other.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
@@ -77,3 +79,17 @@ def test_a_name_declared_twice_is_an_error() -> None:
 def test_an_entry_adding_another_name_is_an_error() -> None:
     with pytest.raises(RuntimeError, match="did not add 'tables'"):
         build_app([_entry("tables", "outbox.topics_cli:register")])
+
+
+def test_version_is_the_installed_distributions() -> None:
+    """``outbox --version`` and ``outbox.__version__`` both say what pip installed."""
+    from importlib.metadata import version
+
+    import outbox
+
+    installed = version("kafka-outbox")
+    assert outbox.__version__ == installed
+    shown = subprocess.run(
+        [sys.executable, "-m", "outbox", "--version"], capture_output=True, text=True
+    )
+    assert (shown.returncode, shown.stdout, shown.stderr) == (0, f"outbox {installed}\n", "")
