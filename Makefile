@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: install kafka-jars demo chaos test lint format clean bench bench-producer bench-checker spark-jars bench-sink
+.PHONY: install kafka-jars demo chaos test lint format clean bench bench-producer bench-checker spark-jars bench-sink docs
 
 # The library with its test extras, and next to it the developer tooling
 # (devtools/: local runtimes, demo, chaos, pytest plugin), which is not in the
@@ -52,6 +52,10 @@ bench-checker: kafka-jars
 bench-sink: kafka-jars spark-jars
 	$(BIN)/python -m bench.sink
 
+# The documentation site (docs/, mkdocs.yml) into site/; `$(BIN)/mkdocs serve` to read it live.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -64,4 +68,4 @@ format: install
 	$(BIN)/ruff check --fix .
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info devtools/*.egg-info
+	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info devtools/*.egg-info site
