@@ -23,7 +23,12 @@ from outbox.errors import ConfigurationError, NotAuthorizedError
 
 PrefixOption = Annotated[
     str,
-    typer.Option("--prefix", envvar="OUTBOX_TOPIC_PREFIX", help="Prefix of the outbox topics."),
+    typer.Option(
+        "--topic-prefix",
+        "--prefix",
+        envvar="OUTBOX_TOPIC_PREFIX",
+        help="Prefix of the outbox topics.",
+    ),
 ]
 
 BOOTSTRAP_FINDERS = "kafka_outbox.bootstrap"

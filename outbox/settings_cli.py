@@ -44,11 +44,14 @@ KAFKA_PROPERTY_FLAGS = ("--kafka-property", "-X")
 
 _BOOTSTRAP = "bootstrap_servers"
 
-KAFKA_FLAGS: FlagNames = {
-    _BOOTSTRAP: ("--bootstrap",),
-    "topic_prefix": ("--prefix",),
-    "kafka_properties": KAFKA_PROPERTY_FLAGS,
+CONNECTION_FLAGS: FlagNames = {
+    _BOOTSTRAP: ("--bootstrap-servers", "--bootstrap"),
+    "topic_prefix": ("--topic-prefix", "--prefix"),
 }
+"""The connection's flags, spelled alike in every command: the field's own name first,
+the short spelling the admin commands had before kept as an alias."""
+
+KAFKA_FLAGS: FlagNames = {**CONNECTION_FLAGS, "kafka_properties": KAFKA_PROPERTY_FLAGS}
 """Spellings of the connection's flags in the admin commands (:func:`kafka_options`)."""
 
 
@@ -229,6 +232,10 @@ def settings_command(
     """
     flags = flags or {}
     unknown = set(flags) - set(model.model_fields)
+    flags = {
+        **{name: names for name, names in CONNECTION_FLAGS.items() if name in model.model_fields},
+        **flags,
+    }
     if unknown:
         raise ValueError(f"flags for fields {model.__name__} does not have: {sorted(unknown)}")
 
