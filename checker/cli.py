@@ -16,20 +16,25 @@ log = logging.getLogger(__name__)
 
 
 def run_checker(settings: CheckerSettings) -> None:
-    """Serve probes, run rounds; SIGTERM/SIGINT finish the round, commit, exit 0."""
-    checker = Checker(settings)
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: checker.stop())
+    """Serve probes, run rounds; SIGTERM/SIGINT finish the round, commit, exit 0.
+
+    The probes' port is taken before Kafka is reached, so a port another process
+    holds is the first error, not one found after the cluster answered."""
+    started: list[Checker] = []
     server = None
     if settings.http_address:
         server = serve(
             settings.http_address,
-            healthy=checker.is_healthy,
-            ready=checker.is_ready,
+            healthy=lambda: bool(started) and started[0].is_healthy(),
+            ready=lambda: bool(started) and started[0].is_ready(),
         )
         log.info("probes and metrics on http://%s", settings.http_address)
-    log.info("checker running: group=%s prefix=%s", settings.group_id, settings.topic_prefix)
     try:
+        checker = Checker(settings)
+        started.append(checker)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: checker.stop())
+        log.info("checker running: group=%s prefix=%s", settings.group_id, settings.topic_prefix)
         checker.run()
     finally:
         if server is not None:

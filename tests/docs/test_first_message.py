@@ -11,6 +11,7 @@ import contextlib
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -32,7 +33,14 @@ def test_the_five_minute_path_runs_as_written(tmp_path: Path) -> None:
     (section,) = SECTION.findall((REPO / "README.md").read_text())
     (tmp_path / "first_message.py").write_text(fenced(section, "python"))
     (tmp_path / ".venv").symlink_to(sys.prefix)
-    env = {**os.environ, "OUTBOX_DEV_HOME": str(tmp_path / "dev")}
+    with socket.socket() as probe:  # the checker's probes: 9464 may be another's here
+        probe.bind(("127.0.0.1", 0))
+        free = probe.getsockname()[1]
+    env = {
+        **os.environ,
+        "OUTBOX_DEV_HOME": str(tmp_path / "dev"),
+        "OUTBOX_HTTP_ADDRESS": f"127.0.0.1:{free}",
+    }
     env.pop("OUTBOX_BOOTSTRAP_SERVERS", None)
     shell = subprocess.Popen(
         ["bash", "-e", "-c", fenced(section, "bash")],
