@@ -42,6 +42,20 @@ def run_checker(settings: CheckerSettings) -> None:
     log.info("checker stopped")
 
 
+def checker_panel(field: str) -> str:
+    """Where a checker flag shows in ``outbox checker --help``: 40 flags in one list
+    hid which ones belong together."""
+    if field.startswith("relay"):
+        return "Relay (publication)"
+    if field == "resolve_from_db" or field.startswith("db_"):
+        return "Answers from the database"
+    if field in ("http_address", "health_stall_seconds", "log_level"):
+        return "Probes and logs"
+    if field in ("consumer_group", "instance_id", "start_timeout_seconds", "session_timeout_ms"):
+        return "Kafka"
+    return "Check rounds (RocketMQ's)"
+
+
 def register(app: typer.Typer) -> None:
     settings_command(
         app,
@@ -50,5 +64,10 @@ def register(app: typer.Typer) -> None:
         run_checker,
         help="Run a checker replica: find halves with no outcome and ask their producers;"
         " publish every committed half to its real topic, exactly once (the relay).",
-        flags={"kafka_properties": KAFKA_PROPERTY_FLAGS},
+        flags={
+            "kafka_properties": KAFKA_PROPERTY_FLAGS,
+            # `outbox status` names the same group: one spelling for both.
+            "consumer_group": ("--checker-group", "--consumer-group"),
+        },
+        panel_of=checker_panel,
     )

@@ -89,7 +89,8 @@ def show_status(status: CheckerStatus, where: str) -> None:
             + (
                 " (its replicas have not settled a half so far)"
                 if running
-                else ": has `outbox checker` run against these topics (same --prefix, --group)?"
+                else ": has `outbox checker` run against these topics"
+                " (same --topic-prefix, --checker-group)?"
             ),
             highlight=False,
         )
@@ -98,6 +99,7 @@ def show_status(status: CheckerStatus, where: str) -> None:
 GroupOption = Annotated[
     str | None,
     typer.Option(
+        "--checker-group",
         "--group",
         envvar="OUTBOX_CONSUMER_GROUP",
         help="Consumer group of the checker replicas; default '<prefix>.checker'.",

@@ -28,9 +28,10 @@ def register(app: typer.Typer) -> None:
 
 
 def _group_option(help_text: str) -> Any:
-    """``--group``/``-g`` of a producer group's check topic; each command says what it does."""
+    """``--producer-group`` (or ``--group``/``-g``) of a producer group's check topic."""
     return Annotated[
-        list[str] | None, typer.Option("--group", "-g", help=help_text, show_default=False)
+        list[str] | None,
+        typer.Option("--producer-group", "--group", "-g", help=help_text, show_default=False),
     ]
 
 

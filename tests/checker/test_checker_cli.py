@@ -116,3 +116,31 @@ def test_a_probe_port_in_use_is_one_line_naming_it():
         result.stderr
     )
     assert "Traceback" not in result.stderr
+
+
+def test_help_groups_every_flag_in_a_panel():
+    """``outbox checker --help`` shows its flags by what they tune, not as one long list."""
+    import typer
+
+    from outbox_cli import build_app
+
+    command = typer.main.get_command(build_app()).commands["checker"]
+    panels = {
+        param.name: getattr(param, "rich_help_panel", None)
+        for param in command.params
+        if param.name != "help"
+    }
+    assert not [name for name, panel in panels.items() if panel is None]
+    assert set(panels.values()) == {
+        "Kafka",
+        "Kafka security",
+        "Check rounds (RocketMQ's)",
+        "Relay (publication)",
+        "Answers from the database",
+        "Probes and logs",
+    }
+    assert (panels["relay_batch"], panels["sasl_password"], panels["check_max"]) == (
+        "Relay (publication)",
+        "Kafka security",
+        "Check rounds (RocketMQ's)",
+    )
