@@ -1,7 +1,10 @@
 # One image for every Python service in docker-compose.yml: the checker and the
 # sink are sub-commands of the same `outbox` entry point, and the demo runs
 # examples/order_service.py from the source tree copied to /app, so they share a build.
-FROM python:3.11-slim
+# The base names its Debian release: a bare `3.11-slim` moved to Debian 13 (trixie),
+# which has no openjdk-17 package, and the build stopped at apt-get. Each package
+# installed below is checked against this release's index by tests/compose.
+FROM python:3.11-slim-bookworm
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \

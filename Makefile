@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: install kafka-jars demo chaos test lint format clean bench bench-producer bench-checker spark-jars bench-sink model
+.PHONY: install kafka-jars demo chaos test lint format clean bench bench-producer bench-checker spark-jars bench-sink model docs
 
 # The library with its test extras, and next to it the developer tooling
 # (devtools/: local runtimes, demo, chaos, pytest plugin), which is not in the
@@ -57,6 +57,10 @@ MODEL_EXAMPLES ?= 5000
 model: install
 	OUTBOX_MODEL_EXAMPLES=$(MODEL_EXAMPLES) $(BIN)/pytest tests/model -q
 
+# The documentation site (docs/, mkdocs.yml) into site/; `$(BIN)/mkdocs serve` to read it live.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -69,4 +73,4 @@ format: install
 	$(BIN)/ruff check --fix .
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info devtools/*.egg-info
+	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info devtools/*.egg-info site

@@ -8,7 +8,7 @@ operator's options, runs it, and shows the outcome.
 from __future__ import annotations
 
 import time
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -16,7 +16,7 @@ from rich.table import Table
 from checker.discard import DiscardedHalf, ResumeOutcome, read_discards, resume_discards
 from checker.display import iso_ms
 from checker.settings import CheckerSettings
-from outbox.cli_options import admin_session
+from outbox.cli_options import OutputFormat, OutputOption, admin_session, print_json
 from outbox.config import KafkaSettings
 from outbox.console import make_console
 from outbox.protocol import Header
@@ -52,27 +52,54 @@ def discards_table(discards: list[DiscardedHalf], title: str, with_resumed: bool
         else:
             table.add_column(column, overflow="fold")
     for discard in discards:
-        record = discard.record
+        shown = discard_document(discard)
         row = [
-            discard.transaction_id or "-",
-            discard.field(Header.PRODUCER_GROUP) or "-",
-            discard.field(Header.REAL_TOPIC) or "-",
-            record.reason.value if record else "?",
-            (record.detail if record else discard.problem) or "-",
+            shown["transaction_id"] or "-",
+            shown["producer_group"] or "-",
+            shown["real_topic"] or "-",
+            shown["reason"] or "?",
+            shown["detail"] or "-",
             discard.field(Header.CHECK_TIMES) or "-",
-            iso_ms(record.discarded_ms) if record else "-",
-            _position(record.half_partition, record.half_offset) if record else "-",
+            iso_ms(shown["discarded_ms"]),
+            _position(shown["half_partition"], shown["half_offset"]),
         ]
         if with_resumed:
-            marker = discard.resumed
+            marker = shown["resumed"]
             row.append(
-                f"{iso_ms(marker.resumed_ms)} -> "
-                f"{_position(marker.half_partition, marker.half_offset)}"
+                f"{iso_ms(marker['resumed_ms'])} -> "
+                f"{_position(marker['half_partition'], marker['half_offset'])}"
                 if marker
                 else "-"
             )
         table.add_row(*row)
     return table
+
+
+def discard_document(discard: DiscardedHalf) -> dict[str, Any]:
+    """One discarded half in ``outbox discard list --output json``: the table's columns, typed."""
+    record, marker = discard.record, discard.resumed
+    check_times = discard.field(Header.CHECK_TIMES)
+    return {
+        "transaction_id": discard.transaction_id,
+        "producer_group": discard.field(Header.PRODUCER_GROUP),
+        "real_topic": discard.field(Header.REAL_TOPIC),
+        "reason": record.reason.value if record else None,
+        "detail": record.detail if record else discard.problem,
+        "check_times": int(check_times) if check_times and check_times.isdigit() else None,
+        "discarded_ms": record.discarded_ms if record else None,
+        "half_partition": record.half_partition if record else None,
+        "half_offset": record.half_offset if record else None,
+        "discard_partition": discard.position[0],
+        "discard_offset": discard.position[1],
+        "resumable": discard.problem is None,
+        "resumed": None
+        if marker is None
+        else {
+            "resumed_ms": marker.resumed_ms,
+            "half_partition": marker.half_partition,
+            "half_offset": marker.half_offset,
+        },
+    }
 
 
 @discard_app.command("list")
@@ -81,6 +108,7 @@ def list_command(
     include_resumed: Annotated[
         bool, typer.Option("--include-resumed", help="Also show discards already resumed.")
     ] = False,
+    output: OutputOption = OutputFormat.TABLE,
     *,
     settings: KafkaSettings,
 ) -> None:
@@ -88,6 +116,9 @@ def list_command(
     with admin_session(settings):
         discards = read_discards(settings.client_config(), settings.topics)
     shown = discards if include_resumed else [d for d in discards if d.resumed is None]
+    if output is OutputFormat.JSON:
+        print_json([discard_document(discard) for discard in shown])
+        return
     console = make_console()
     console.print(
         discards_table(shown, f"discarded halves on {settings.topics.discard}", include_resumed)

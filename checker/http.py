@@ -12,6 +12,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from outbox.errors import ConfigurationError
+
 
 def serve(
     address: str, healthy: Callable[[], bool], ready: Callable[[], bool]
@@ -42,6 +44,12 @@ def serve(
         def log_message(self, format: str, *args: object) -> None:
             pass  # probes every few seconds would drown the log
 
-    server = ThreadingHTTPServer((host, int(port)), Handler)
+    try:
+        server = ThreadingHTTPServer((host, int(port)), Handler)
+    except OSError as exc:
+        raise ConfigurationError(
+            f"cannot serve the probes and metrics on {address}: {exc.strerror or exc}; pass"
+            " --http-address HOST:PORT (OUTBOX_HTTP_ADDRESS) with a free port, or '' for none"
+        ) from None
     threading.Thread(target=server.serve_forever, name="checker-http", daemon=True).start()
     return server

@@ -1,4 +1,4 @@
-"""``outbox status``: the checker's checkpoints and pending halves as a table.
+"""``outbox status``: the checker's checkpoints and pending halves, as a table or JSON.
 
 What is read, and what *pending* means, is :mod:`checker.status`; this module
 only asks for it and shows it.
@@ -6,14 +6,15 @@ only asks for it and shows it.
 
 from __future__ import annotations
 
-from typing import Annotated
+from dataclasses import asdict
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
 from checker.display import format_age
 from checker.status import DEFAULT_SCAN_LIMIT, CheckerStatus, read_status
-from outbox.cli_options import admin_session
+from outbox.cli_options import OutputFormat, OutputOption, admin_session, print_json
 from outbox.config import KafkaSettings
 from outbox.console import make_console
 from outbox.settings_cli import kafka_options
@@ -88,7 +89,8 @@ def show_status(status: CheckerStatus, where: str) -> None:
             + (
                 " (its replicas have not settled a half so far)"
                 if running
-                else ": has `outbox checker` run against these topics (same --prefix, --group)?"
+                else ": has `outbox checker` run against these topics"
+                " (same --topic-prefix, --checker-group)?"
             ),
             highlight=False,
         )
@@ -97,6 +99,7 @@ def show_status(status: CheckerStatus, where: str) -> None:
 GroupOption = Annotated[
     str | None,
     typer.Option(
+        "--checker-group",
         "--group",
         envvar="OUTBOX_CONSUMER_GROUP",
         help="Consumer group of the checker replicas; default '<prefix>.checker'.",
@@ -113,10 +116,27 @@ ScanLimitOption = Annotated[
 ]
 
 
+def status_document(status: CheckerStatus) -> dict[str, Any]:
+    """``outbox status --output json``: every figure of the table, as numbers."""
+    return {
+        "group": status.group,
+        "half_topic": status.half_topic,
+        "read_at_ms": status.read_at_ms,
+        "scan_limit": status.scan_limit,
+        "pending": sum(p.pending for p in status.partitions),
+        "unrelayed": sum(p.unrelayed for p in status.partitions),
+        "partitions": [
+            {**asdict(part), "lag": part.lag, "unrelayed": part.unrelayed}
+            for part in status.partitions
+        ],
+    }
+
+
 @kafka_options
 def status(
     group: GroupOption = None,
     scan_limit: ScanLimitOption = DEFAULT_SCAN_LIMIT,
+    output: OutputOption = OutputFormat.TABLE,
     *,
     settings: KafkaSettings,
 ) -> None:
@@ -124,7 +144,10 @@ def status(
     checker_group = group or f"{settings.topic_prefix}.checker"
     with admin_session(settings):
         result = read_status(settings, checker_group, scan_limit=scan_limit)
-    show_status(result, settings.bootstrap_servers)
+    if output is OutputFormat.JSON:
+        print_json(status_document(result))
+    else:
+        show_status(result, settings.bootstrap_servers)
 
 
 def register(app: typer.Typer) -> None:

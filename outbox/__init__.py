@@ -4,6 +4,8 @@ The producer API mirrors RocketMQ's ``TransactionMQProducer``; the wire protocol
 shared by every component is in :mod:`outbox.protocol`.
 """
 
+from importlib.metadata import PackageNotFoundError, version
+
 from outbox.async_producer import AsyncTransactionListener, AsyncTransactionProducer
 from outbox.errors import (
     EndTransactionError,
@@ -28,6 +30,11 @@ from outbox.message import (
 from outbox.producer import TransactionListener, TransactionProducer
 from outbox.settings import ProducerSettings
 
+try:
+    __version__ = version("kafka-outbox")
+except PackageNotFoundError:  # a source tree on sys.path, never installed
+    __version__ = "0+unknown"
+
 __all__ = [
     "AsyncTransactionListener",
     "AsyncTransactionProducer",
@@ -50,4 +57,5 @@ __all__ = [
     "TransactionListener",
     "TransactionProducer",
     "TransactionSendResult",
+    "__version__",
 ]

@@ -18,7 +18,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from outbox.errors import ConnectionSecurityError, KafkaUnavailableError, NotAuthorizedError
@@ -61,22 +61,27 @@ def raise_if_group_refused(admin: AdminClient, group: str, timeout: float) -> No
     """Refuse a start whose principal may not use consumer group ``group``, naming READ.
 
     Joining the group, which needs READ, happens later in a consumer's
-    background thread; fetching the group's committed offsets is one request
-    that needs DESCRIBE, which READ implies. So a principal with no ACL on the
-    group is refused here, and one granted DESCRIBE alone learns it from the
-    consumer's error. Anything but a refusal (a slow coordinator) is left to
-    the consumer, which waits for it anyway.
+    background thread; describing the group is one request that needs
+    DESCRIBE, which READ implies. So a principal with no ACL on the group is
+    refused here, and one granted DESCRIBE alone learns it from the consumer's
+    error. Anything but a refusal (a slow coordinator) is left to the consumer,
+    which waits for it anyway.
+
+    Not the group's committed offsets through the admin API: librdkafka's
+    ``ListConsumerGroupOffsets`` dereferences a consumer group the admin client
+    does not have when the answer is NOT_COORDINATOR (a broker still loading its
+    group coordinator, as every new cluster does at first), and the service's
+    process died of SIGSEGV (librdkafka issue 5040).
     """
-    request = [ConsumerGroupTopicPartitions(group)]
-    future = admin.list_consumer_group_offsets(request, request_timeout=timeout)[group]
+    future = admin.describe_consumer_groups([group], request_timeout=timeout)[group]
     try:
         future.result(timeout)
     except KafkaException as exc:
         if exc.args[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
             raise NotAuthorizedError("READ", f"group {group!r}") from None
-        log.debug("cannot fetch the offsets of group %s at start: %s", group, exc)
+        log.debug("cannot describe group %s at start: %s", group, exc)
     except TimeoutError:  # no answer at all: a coordinator still being elected
-        log.debug("no answer on the offsets of group %s at start within %gs", group, timeout)
+        log.debug("no answer describing group %s at start within %gs", group, timeout)
 
 
 def principal_of(client_config: Mapping[str, Any]) -> str | None:

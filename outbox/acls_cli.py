@@ -28,7 +28,10 @@ def register(app: typer.Typer) -> None:
 @acls_app.command("print")
 def print_acls(
     group: Annotated[
-        str, typer.Option("--group", "-g", help="Producer group whose producers get ACLs.")
+        str,
+        typer.Option(
+            "--producer-group", "--group", "-g", help="Producer group whose producers get ACLs."
+        ),
     ],
     topics: Annotated[
         list[str] | None,

@@ -15,7 +15,7 @@ warning that says how to change it.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
@@ -36,7 +36,7 @@ from outbox.errors import (
     TopicAdminError,
     TopicMismatchError,
 )
-from outbox.protocol import TopicNames
+from outbox.protocol import TopicNames, validate_topic_name
 
 log = logging.getLogger(__name__)
 
@@ -93,12 +93,14 @@ class TopicSpec:
     partitions: int
     replication_factor: int | None = None
     config: dict[str, str] = field(default_factory=dict)
+    real: bool = False
+    """A user's topic the relay publishes to: one that exists is kept whatever its partitions."""
 
     def for_cluster(self, brokers: int) -> TopicSpec:
         """This spec with its replication resolved for a cluster of ``brokers``."""
         replication = self.replication_factor or default_replication_factor(brokers)
         config = {MIN_INSYNC_REPLICAS: str(min_insync_replicas(replication)), **self.config}
-        return TopicSpec(self.name, self.partitions, replication, config)
+        return replace(self, replication_factor=replication, config=config)
 
 
 @dataclass(frozen=True)
@@ -122,12 +124,19 @@ def plan_topics(
     partitions: int,
     replication_factor: int | None = None,
     producer_groups: tuple[str, ...] = (),
+    real_topics: tuple[str, ...] = (),
 ) -> list[TopicSpec]:
     """The topics an outbox deployment needs, with their configs.
 
     Without a ``replication_factor`` each topic gets the cluster's default when
-    it is created (see :class:`TopicSpec`).
+    it is created (see :class:`TopicSpec`). ``real_topics`` are the users' own
+    topics, created with the broker's default configs so a first message has
+    somewhere to go on a cluster that does not create topics on demand.
     """
+    for name in real_topics:
+        validate_topic_name(name, "real topic")
+        if topics.is_internal(name):
+            raise ValueError(f"real topic {name!r} is one of the outbox's own topics")
     if partitions < 1:
         raise ValueError(f"--partitions must be at least 1, got {partitions}")
     if replication_factor is not None and replication_factor < 1:
@@ -147,6 +156,7 @@ def plan_topics(
         spec(topics.discard, DISCARD_RETENTION_MS),
     ]
     specs += [spec(topics.check(group), CHECK_RETENTION_MS) for group in producer_groups]
+    specs += [TopicSpec(name, partitions, replication_factor, real=True) for name in real_topics]
     return specs
 
 
@@ -237,7 +247,9 @@ def _check_partition_counts(specs: list[TopicSpec], states: dict[str, TopicState
     wrong = [
         (spec, states[spec.name])
         for spec in specs
-        if states[spec.name].exists and states[spec.name].partitions != spec.partitions
+        if not spec.real
+        and states[spec.name].exists
+        and states[spec.name].partitions != spec.partitions
     ]
     if not wrong:
         return

@@ -1,7 +1,8 @@
 """What every ``outbox`` sub-command that talks to Kafka shares: the local broker
-to fall back on, and a session that names a refused login or ACL in one line.
+to fall back on, a session that names a refused login or ACL in one line, and
+the ``--output table|json`` of the commands that report.
 
-The connection's flags themselves (``--bootstrap``, ``--prefix``, ``-X``, the
+The connection's flags themselves (``--bootstrap-servers``, ``--topic-prefix``, ``-X``, the
 security block) are generated from :class:`~outbox.config.KafkaSettings`
 (:func:`outbox.settings_cli.kafka_options`); each is also the environment
 variable of its field, so a container is configured the same way as a shell.
@@ -9,8 +10,10 @@ variable of its field, so a container is configured the same way as a shell.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from enum import StrEnum
 from importlib.metadata import entry_points
 from typing import Annotated
 
@@ -23,8 +26,37 @@ from outbox.errors import ConfigurationError, NotAuthorizedError
 
 PrefixOption = Annotated[
     str,
-    typer.Option("--prefix", envvar="OUTBOX_TOPIC_PREFIX", help="Prefix of the outbox topics."),
+    typer.Option(
+        "--topic-prefix",
+        "--prefix",
+        envvar="OUTBOX_TOPIC_PREFIX",
+        help="Prefix of the outbox topics.",
+    ),
 ]
+
+
+class OutputFormat(StrEnum):
+    """How a command that reports shows it: a table for people, JSON for scripts."""
+
+    TABLE = "table"
+    JSON = "json"
+
+
+OutputOption = Annotated[
+    OutputFormat,
+    typer.Option(
+        "--output",
+        "-o",
+        case_sensitive=False,
+        help="table (for people) or json (one document on stdout, for scripts).",
+    ),
+]
+
+
+def print_json(document: object) -> None:
+    """``document`` as indented JSON on stdout, the one thing a ``--output json`` prints."""
+    typer.echo(json.dumps(document, indent=2, sort_keys=False))
+
 
 BOOTSTRAP_FINDERS = "kafka_outbox.bootstrap"
 """Entry-point group of ``() -> str | None`` functions naming a broker running on this machine.

@@ -49,7 +49,7 @@ class NotAuthorizedError(OutboxError):
         who = f" as {principal}" if principal else ""
         super().__init__(
             f"not authorised to {operation} {resource}{who}; grant it (`outbox acls print"
-            " --group GROUP` lists the ACLs each component needs)"
+            " --producer-group GROUP` lists the ACLs each component needs)"
         )
 
     def by(self, principal: str | None) -> NotAuthorizedError:

@@ -72,6 +72,9 @@ _FIELDS: dict[str, tuple[Any, Any, str]] = {
 
 _SECRETS = ("sasl_password", "ssl_key_password")
 
+SECURITY_FIELD_NAMES = tuple(_FIELDS)
+"""The block's fields, in every settings object that has it."""
+
 
 def security_fields(*env_prefixes: str) -> dict[str, Any]:
     """The block's fields for :func:`pydantic.create_model`.

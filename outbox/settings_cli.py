@@ -32,6 +32,7 @@ from rich.markup import escape
 from outbox.cli_options import local_bootstrap, no_kafka_error
 from outbox.config import KafkaSettings, env_names, parse_properties, settings_error
 from outbox.errors import ConfigurationError
+from outbox.security import SECURITY_FIELD_NAMES
 
 SettingsT = TypeVar("SettingsT", bound=BaseSettings)
 ResultT = TypeVar("ResultT")
@@ -44,11 +45,29 @@ KAFKA_PROPERTY_FLAGS = ("--kafka-property", "-X")
 
 _BOOTSTRAP = "bootstrap_servers"
 
-KAFKA_FLAGS: FlagNames = {
-    _BOOTSTRAP: ("--bootstrap",),
-    "topic_prefix": ("--prefix",),
-    "kafka_properties": KAFKA_PROPERTY_FLAGS,
+CONNECTION_FLAGS: FlagNames = {
+    _BOOTSTRAP: ("--bootstrap-servers", "--bootstrap"),
+    "topic_prefix": ("--topic-prefix", "--prefix"),
 }
+"""The connection's flags, spelled alike in every command: the field's own name first,
+the short spelling the admin commands had before kept as an alias."""
+
+_CONNECTION_FIELDS = (*CONNECTION_FLAGS, "kafka_properties", "kafka_options")
+
+PanelOf = Callable[[str], str | None]
+"""A field's help panel in ``--help`` (None: typer's "Options")."""
+
+
+def _panel(name: str, panel_of: PanelOf | None) -> str | None:
+    """The same panels in every command for the connection and its security block."""
+    if name in _CONNECTION_FIELDS:
+        return "Kafka"
+    if name in SECURITY_FIELD_NAMES:
+        return "Kafka security"
+    return panel_of(name) if panel_of else None
+
+
+KAFKA_FLAGS: FlagNames = {**CONNECTION_FLAGS, "kafka_properties": KAFKA_PROPERTY_FLAGS}
 """Spellings of the connection's flags in the admin commands (:func:`kafka_options`)."""
 
 
@@ -120,8 +139,11 @@ def _help(info: FieldInfo) -> str:
     return escape(info.description or "")
 
 
-def _parameter(model: type[BaseSettings], name: str, flags: FlagNames) -> inspect.Parameter:
+def _parameter(
+    model: type[BaseSettings], name: str, flags: FlagNames, panel_of: PanelOf | None = None
+) -> inspect.Parameter:
     info = model.model_fields[name]
+    panel = _panel(name, panel_of)
     names = _names(name, flags)
     variables = env_names(model, name)
     default = None
@@ -133,6 +155,7 @@ def _parameter(model: type[BaseSettings], name: str, flags: FlagNames) -> inspec
             f"{' or '.join(variables)} takes).",
             metavar="KEY=VALUE",
             show_default=False,
+            rich_help_panel=panel,
         )
         annotation: Any = Annotated[list[str] | None, option]
     else:
@@ -147,6 +170,7 @@ def _parameter(model: type[BaseSettings], name: str, flags: FlagNames) -> inspec
             envvar=variables[0] if len(variables) == 1 else list(variables),
             help=_help(info),
             metavar=f"[{'|'.join(str(c) for c in choices)}]" if choices else None,
+            rich_help_panel=panel,
         )
         annotation = Annotated[_flag_type(model, name, info), option]
     return inspect.Parameter(
@@ -219,16 +243,22 @@ def settings_command(
     help: str,
     log_level: str = "INFO",
     flags: FlagNames | None = None,
+    panel_of: PanelOf | None = None,
 ) -> None:
     """Register ``name`` on ``app``: flags from ``model``'s fields (plus
     ``--log-level``), then ``run(settings)``.
 
     ``flags`` names a field's flag where ``--field-name`` is not what users
     type: an older spelling a command keeps, a short alias, the singular of a
-    repeatable ``KEY=VALUE`` flag (:data:`KAFKA_PROPERTY_FLAGS`).
+    repeatable ``KEY=VALUE`` flag (:data:`KAFKA_PROPERTY_FLAGS`). ``panel_of`` groups
+    the component's own flags in ``--help``; the connection's are grouped alike everywhere.
     """
     flags = flags or {}
     unknown = set(flags) - set(model.model_fields)
+    flags = {
+        **{name: names for name, names in CONNECTION_FLAGS.items() if name in model.model_fields},
+        **flags,
+    }
     if unknown:
         raise ValueError(f"flags for fields {model.__name__} does not have: {sorted(unknown)}")
 
@@ -242,13 +272,19 @@ def settings_command(
 
     params = [
         inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context),
-        *(_parameter(model, field, flags) for field in model.model_fields),
+        *(_parameter(model, field, flags, panel_of) for field in model.model_fields),
         inspect.Parameter(
             "log_level",
             inspect.Parameter.KEYWORD_ONLY,
             default=log_level,
             annotation=Annotated[
-                str, typer.Option("--log-level", envvar="OUTBOX_LOG_LEVEL", help="Log level.")
+                str,
+                typer.Option(
+                    "--log-level",
+                    envvar="OUTBOX_LOG_LEVEL",
+                    help="Log level.",
+                    rich_help_panel=panel_of("log_level") if panel_of else None,
+                ),
             ],
         ),
     ]

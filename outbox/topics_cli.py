@@ -28,9 +28,10 @@ def register(app: typer.Typer) -> None:
 
 
 def _group_option(help_text: str) -> Any:
-    """``--group``/``-g`` of a producer group's check topic; each command says what it does."""
+    """``--producer-group`` (or ``--group``/``-g``) of a producer group's check topic."""
     return Annotated[
-        list[str] | None, typer.Option("--group", "-g", help=help_text, show_default=False)
+        list[str] | None,
+        typer.Option("--producer-group", "--group", "-g", help=help_text, show_default=False),
     ]
 
 
@@ -89,11 +90,28 @@ def create(
         ),
     ] = None,
     groups: CreateGroupOption = None,
+    real_topics: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--topic",
+            "-t",
+            help="Also create this real topic, one the producers send to and the relay"
+            " publishes to, with the same partitions and replication (repeatable;"
+            " an existing one is kept as it is).",
+            show_default=False,
+        ),
+    ] = None,
     *,
     settings: KafkaSettings,
 ) -> None:
-    """Create the half, op and discard topics (and check topics); idempotent."""
-    specs = plan_topics(settings.topics, partitions, replication_factor, tuple(groups or ()))
+    """Create the half, op and discard topics (and check and real topics); idempotent."""
+    specs = plan_topics(
+        settings.topics,
+        partitions,
+        replication_factor,
+        tuple(groups or ()),
+        tuple(real_topics or ()),
+    )
     with admin_session(settings) as admin:
         created = ensure_topics(admin, specs)
         states = read_topic_states(admin, [s.name for s in specs])

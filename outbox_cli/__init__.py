@@ -20,6 +20,7 @@ from importlib.metadata import EntryPoint, entry_points
 
 import typer
 
+import outbox
 from outbox.cli_errors import PlainErrorsGroup, run_program
 
 COMMANDS_GROUP = "kafka_outbox.commands"
@@ -46,6 +47,24 @@ def _group(groups: dict[tuple[str, ...], typer.Typer], path: tuple[str, ...]) ->
     return groups[path]
 
 
+def _print_version(asked: bool) -> None:
+    if asked:
+        print(f"outbox {outbox.__version__}")
+        raise typer.Exit()
+
+
+def _root(
+    version: bool = typer.Option(
+        False,
+        "--version",
+        callback=_print_version,
+        is_eager=True,
+        help="Print the installed kafka-outbox version and exit.",
+    ),
+) -> None:
+    """The root's own options; its help text is the app's."""
+
+
 def build_app(entries: Iterable[EntryPoint] | None = None) -> typer.Typer:
     """The ``outbox`` command with every installed package's sub-commands.
 
@@ -59,6 +78,7 @@ def build_app(entries: Iterable[EntryPoint] | None = None) -> typer.Typer:
         pretty_exceptions_enable=False,
         cls=PlainErrorsGroup,
     )
+    app.callback()(_root)
     groups: dict[tuple[str, ...], typer.Typer] = {(): app}
     found = entry_points(group=COMMANDS_GROUP) if entries is None else entries
     for entry in sorted(found, key=lambda e: (e.name.count("."), e.name)):

@@ -58,10 +58,6 @@ def fetch(
 
 
 SINK_FLAGS: FlagNames = {
-    # The spellings `outbox sink` had before its flags were generated come first:
-    # they are what the README, scripts and error messages use.
-    "bootstrap_servers": ("--bootstrap", "--bootstrap-servers"),
-    "topic_prefix": ("--prefix", "--topic-prefix"),
     "kafka_options": KAFKA_PROPERTY_FLAGS,
     "spark_conf": ("--conf",),
     "kafka_timeout_seconds": ("--kafka-timeout", "--kafka-timeout-seconds"),

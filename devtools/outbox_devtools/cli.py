@@ -60,7 +60,7 @@ def register_config_reference(app: typer.Typer) -> None:
                 dir_okay=False,
                 writable=True,
                 help="Rewrite the section between the config-reference markers of this Markdown"
-                " file (README.md) instead of printing.",
+                " file (docs/reference/configuration.md) instead of printing.",
                 show_default=False,
             ),
         ] = None,

@@ -3,9 +3,9 @@
 Every knob is declared once: as a field of a pydantic-settings class (its
 default, its ``description=``, its environment names) and, where a command runs
 the component, as an option of that command. A hand-written reference would
-copy all of that into a second place that drifts, so the README's reference is
+copy all of that into a second place that drifts, so the documentation's reference is
 rendered from the declarations themselves (``outbox config-reference``) and a
-test fails when the README's copy differs from what this module renders now.
+test fails when the page's copy differs from what this module renders now.
 
 Strict on purpose: a field without a description, a command option that maps
 to no field, or a stale name in :data:`COMPONENTS` is an error here, so the
@@ -31,7 +31,8 @@ from spark_sink.settings import SinkSettings
 
 START_MARKER = "<!-- config-reference:start -->"
 END_MARKER = "<!-- config-reference:end -->"
-WRITE_COMMAND = "outbox config-reference --write README.md"
+REFERENCE_PAGE = "docs/reference/configuration.md"
+WRITE_COMMAND = f"outbox config-reference --write {REFERENCE_PAGE}"
 GENERATED_NOTICE = (
     f"<!-- Generated from the settings objects; do not edit: run `{WRITE_COMMAND}`. -->"
 )
@@ -294,7 +295,7 @@ def _model_name(model: type[BaseSettings] | None) -> str:
     return model.__name__ if model is not None else "the component"
 
 
-# ---------------------------------------------------------------------- README section
+# ------------------------------------------------------------- the reference page's section
 
 
 def replace_section(document: str, reference: str) -> str:

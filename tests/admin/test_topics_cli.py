@@ -153,3 +153,30 @@ def test_existing_topic_stamped_by_producers_is_accepted_with_a_warning(
     assert f"--entity-name {names.half}" in created.stderr
     assert "--add-config message.timestamp.type=LogAppendTime" in created.stderr
     assert names.op not in created.stderr
+
+
+def test_create_makes_the_real_topics_named_and_keeps_an_existing_one(
+    kafka_bootstrap, kafka_admin, unique_prefix
+):
+    kept = f"{unique_prefix}-kept"
+    kafka_admin.create_topics([NewTopic(kept, 1, 1)])[kept].result(timeout=30)
+    orders = f"{unique_prefix}-orders"
+    args = ("topics", "create", "-p", "3", "--prefix", unique_prefix, "--bootstrap")
+    created = outbox(*args, kafka_bootstrap, "--topic", orders, "-t", kept)
+    assert created.returncode == 0, created.stderr
+    states = read_topic_states(kafka_admin, [orders, kept])
+    assert (states[orders].partitions, states[kept].partitions) == (3, 1)
+
+
+@pytest.mark.parametrize(
+    "topic,message",
+    [
+        ("bad topic", "real topic 'bad topic'"),
+        ("outbox.half", "real topic 'outbox.half' is one of the outbox's own topics"),
+    ],
+)
+def test_a_real_topic_kafka_could_not_have_is_named(topic, message):
+    result = outbox("topics", "create", "--bootstrap", "127.0.0.1:1", "--topic", topic)
+    assert result.returncode == 1
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr

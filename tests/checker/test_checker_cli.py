@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 
@@ -16,7 +17,13 @@ def checker(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         timeout=60,
-        env={**clean, "OUTBOX_DEV_HOME": "/nonexistent-outbox-dev", **env},
+        # No probes unless a test asks: port 9464 may be another checker's on this machine.
+        env={
+            **clean,
+            "OUTBOX_DEV_HOME": "/nonexistent-outbox-dev",
+            "OUTBOX_HTTP_ADDRESS": "",
+            **env,
+        },
     )
 
 
@@ -95,3 +102,45 @@ def test_a_relay_switch_that_is_no_boolean_is_a_usage_error_naming_its_variable(
     assert result.returncode == 2, result.stderr
     assert "OUTBOX_RELAY" in result.stderr and "boolean" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_probe_port_in_use_is_one_line_naming_it():
+    """A second replica on one machine (the default 127.0.0.1:9464 taken) says so, no traceback."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        result = checker("--bootstrap-servers", "127.0.0.1:1", "--http-address", address)
+    assert result.returncode == 1, result.stderr
+    assert f"cannot serve the probes and metrics on {address}: Address already in use" in (
+        result.stderr
+    )
+    assert "Traceback" not in result.stderr
+
+
+def test_help_groups_every_flag_in_a_panel():
+    """``outbox checker --help`` shows its flags by what they tune, not as one long list."""
+    import typer
+
+    from outbox_cli import build_app
+
+    command = typer.main.get_command(build_app()).commands["checker"]
+    panels = {
+        param.name: getattr(param, "rich_help_panel", None)
+        for param in command.params
+        if param.name != "help"
+    }
+    assert not [name for name, panel in panels.items() if panel is None]
+    assert set(panels.values()) == {
+        "Kafka",
+        "Kafka security",
+        "Check rounds (RocketMQ's)",
+        "Relay (publication)",
+        "Answers from the database",
+        "Probes and logs",
+    }
+    assert (panels["relay_batch"], panels["sasl_password"], panels["check_max"]) == (
+        "Relay (publication)",
+        "Kafka security",
+        "Check rounds (RocketMQ's)",
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -309,3 +310,24 @@ def test_an_unpublishable_discard_is_refused_saying_a_resume_cannot_publish_it(d
     assert label == "committed"
     assert "already committed" in why and "publishes nothing" in why
     assert [h.transaction_id for _, h in discards.halves()] == ["unanswered"]
+
+
+def test_list_as_json_holds_what_the_table_shows(discards, kafka_bootstrap):
+    where = ("--bootstrap-servers", kafka_bootstrap, "--topic-prefix", discards.topics.prefix)
+    discards.discard(a_half("json-a"), partition=0, offset=12)
+    discards.malformed("json-bad")
+
+    listed = outbox("discard", "list", "--output", "json", *where)
+    assert listed.returncode == 0, listed.stderr
+    documents = {d["transaction_id"]: d for d in json.loads(listed.stdout)}
+    assert set(documents) == {"json-a", "json-bad"}
+    good, bad = documents["json-a"], documents["json-bad"]
+    assert (good["producer_group"], good["real_topic"], good["reason"]) == (
+        "shop",
+        "orders",
+        "check-max",
+    )
+    assert (good["half_partition"], good["half_offset"], good["resumable"]) == (0, 12, True)
+    assert good["resumed"] is None and isinstance(good["discarded_ms"], int)
+    assert good["check_times"] == 15
+    assert (bad["reason"], bad["resumable"]) == ("malformed", False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -249,3 +250,22 @@ def test_decisions_the_relay_has_not_published_are_counted(setup, kafka_bootstra
     # The relay committed its offset past the first decision.
     commit_checkpoint(kafka_bootstrap, f"{group}.relay", settings.topics.op, 0, 1, 0)
     assert [p.unrelayed for p in read_status(settings, group).partitions] == [1, 0]
+
+
+def test_command_as_json_holds_what_the_table_shows(setup, kafka_bootstrap):
+    settings, writer = setup
+    writer.halves(1, half("p", NOW_MS - 90_000), half("q", NOW_MS - 30_000))
+    group = "json-group"
+    commit_checkpoint(kafka_bootstrap, group, settings.topics.half, 1, 1, 0)
+    result = outbox(
+        "status", "--bootstrap-servers", kafka_bootstrap, "--topic-prefix",
+        settings.topic_prefix, "--group", group, "-o", "json",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert (document["group"], document["pending"]) == (group, 1)
+    by_partition = {part["partition"]: part for part in document["partitions"]}
+    one = by_partition[1]
+    assert (one["half_end"], one["half_checkpoint"], one["op_checkpoint"]) == (2, 1, 0)
+    assert (one["lag"], one["pending"], one["capped"]) == (1, 1, False)
+    assert one["oldest_pending_born_ms"] < document["read_at_ms"]

@@ -1,4 +1,4 @@
-"""The README's configuration reference is what the settings objects say now.
+"""The documentation's configuration reference is what the settings objects say now.
 
 The reference is generated (``outbox config-reference``), so the only way it
 can be wrong is by not being regenerated after a settings change; this test
@@ -20,14 +20,14 @@ from outbox_devtools import config_reference
 from outbox_devtools.config_reference import END_MARKER, START_MARKER, WRITE_COMMAND, Component
 
 ROOT = typer.main.get_command(app)
-README = Path(__file__).parents[2] / "README.md"
+REFERENCE = Path(__file__).parents[2] / config_reference.REFERENCE_PAGE
 
 
-def test_readme_configuration_reference_is_current() -> None:
-    readme = README.read_text(encoding="utf-8")
-    current = config_reference.replace_section(readme, config_reference.render(ROOT))
-    assert readme == current, (
-        "README.md's configuration reference differs from the settings objects: "
+def test_the_configuration_reference_page_is_current() -> None:
+    page = REFERENCE.read_text(encoding="utf-8")
+    current = config_reference.replace_section(page, config_reference.render(ROOT))
+    assert page == current, (
+        f"{config_reference.REFERENCE_PAGE} differs from the settings objects: "
         f"run `{WRITE_COMMAND}` and commit the result"
     )
 

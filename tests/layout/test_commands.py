@@ -9,6 +9,8 @@ command silently replacing the other.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
@@ -77,3 +79,54 @@ def test_a_name_declared_twice_is_an_error() -> None:
 def test_an_entry_adding_another_name_is_an_error() -> None:
     with pytest.raises(RuntimeError, match="did not add 'tables'"):
         build_app([_entry("tables", "outbox.topics_cli:register")])
+
+
+def test_version_is_the_installed_distributions() -> None:
+    """``outbox --version`` and ``outbox.__version__`` both say what pip installed."""
+    from importlib.metadata import version
+
+    import outbox
+
+    installed = version("kafka-outbox")
+    assert outbox.__version__ == installed
+    shown = subprocess.run(
+        [sys.executable, "-m", "outbox", "--version"], capture_output=True, text=True
+    )
+    assert (shown.returncode, shown.stdout, shown.stderr) == (0, f"outbox {installed}\n", "")
+
+
+def _command(path: tuple[str, ...]) -> Any:
+    command = typer.main.get_command(build_app())
+    for name in path:
+        command = command.commands[name]
+    return command
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        ("checker",),
+        ("sink",),
+        ("status",),
+        ("discard", "list"),
+        ("discard", "resume"),
+        ("topics", "create"),
+        ("topics", "describe"),
+        ("acls", "print"),
+    ],
+)
+def test_every_command_spells_the_connection_alike(path: tuple[str, ...]) -> None:
+    """``--bootstrap-servers`` and ``--topic-prefix`` everywhere, the short spellings as
+    aliases, each with the same variable: a flag that works in one command works in all."""
+    options = {
+        name: parameter
+        for parameter in _command(path).params
+        for name in getattr(parameter, "opts", ())
+    }
+    assert options["--topic-prefix"] is options["--prefix"]
+    assert options["--topic-prefix"].envvar in (
+        "OUTBOX_TOPIC_PREFIX",
+        ["OUTBOX_SINK_TOPIC_PREFIX", "OUTBOX_TOPIC_PREFIX"],
+    )
+    if path != ("acls", "print"):  # prints rules; talks to no cluster
+        assert options["--bootstrap-servers"] is options["--bootstrap"]

@@ -61,6 +61,7 @@ def test_the_wheel_holds_the_library_and_no_tooling(tmp_path: Path) -> None:
     ]
     assert not carrying, f"tooling code in the wheel: {carrying}"
     assert "migrations/script.py.mako" in names
+    assert "outbox/py.typed" in names, "type checkers would ignore the library's hints"
     assert any(name.startswith("migrations/versions/0001_") for name in names)
     assert "outbox = outbox_cli:main" in declared
     # The library's own sub-commands only: the tooling declares its own elsewhere.

@@ -51,8 +51,8 @@ def test_a_missing_acl_names_operation_topic_and_user(secure_topics: SecureTopic
     assert code == 1
     assert output.strip().splitlines() == [
         f"outbox: error: not authorised to DESCRIBE topic '{names.half}' as "
-        f"User:{names.prefix}-nobody; grant it (`outbox acls print --group GROUP` lists the"
-        " ACLs each component needs)"
+        f"User:{names.prefix}-nobody; grant it (`outbox acls print --producer-group GROUP`"
+        " lists the ACLs each component needs)"
     ]
 
 

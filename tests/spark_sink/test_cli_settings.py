@@ -119,8 +119,9 @@ def test_no_bootstrap_anywhere_says_how_to_give_one(runs: list[SinkSettings]) ->
 
     assert isinstance(result.exception, ConfigurationError)
     assert str(result.exception) == (
-        "no Kafka to talk to: pass --bootstrap HOST:PORT, set OUTBOX_SINK_BOOTSTRAP_SERVERS or "
-        "OUTBOX_BOOTSTRAP_SERVERS, or start a local broker with `outbox dev kafka start`"
+        "no Kafka to talk to: pass --bootstrap-servers HOST:PORT, set "
+        "OUTBOX_SINK_BOOTSTRAP_SERVERS or OUTBOX_BOOTSTRAP_SERVERS, or start a local broker "
+        "with `outbox dev kafka start`"
     )
     assert runs == []
 
@@ -251,7 +252,7 @@ def test_spark_submit_takes_the_same_flags(
         capsys.readouterr()
         .err.strip()
         .endswith(
-            "outbox: error: no Kafka to talk to: pass --bootstrap HOST:PORT, set "
+            "outbox: error: no Kafka to talk to: pass --bootstrap-servers HOST:PORT, set "
             "OUTBOX_SINK_BOOTSTRAP_SERVERS or OUTBOX_BOOTSTRAP_SERVERS, or start a local broker "
             "with `outbox dev kafka start`"
         )
