@@ -266,3 +266,27 @@ def end_offsets(
             where = f"{topic}[{tp.partition}]"
             raise KafkaUnavailableError(f"end offset of {where}: {exc}") from None
     return ends
+
+
+def watermarks(consumer: Consumer, partition: TopicPartition, timeout: float) -> tuple[int, int]:
+    """A partition's low and high watermarks, asked of its leader.
+
+    After a node of a cluster was killed and came back, a long-lived consumer
+    could answer ``_UNKNOWN_PARTITION`` for a partition the cluster has, round
+    after round, for minutes (a three-node failover test stalled publication
+    so). Asking for the topic's metadata refreshes what the client knows of
+    it; then the question is asked once more.
+    """
+    try:
+        low, high = consumer.get_watermark_offsets(partition, timeout=timeout)
+    except KafkaException as exc:
+        if exc.args[0].code() != KafkaError._UNKNOWN_PARTITION:
+            raise
+        log.info(
+            "%s[%d] unknown to the client: refreshing its metadata",
+            partition.topic,
+            partition.partition,
+        )
+        consumer.list_topics(partition.topic, timeout=timeout)
+        low, high = consumer.get_watermark_offsets(partition, timeout=timeout)
+    return int(low), int(high)

@@ -54,7 +54,7 @@ from confluent_kafka.admin import AdminClient
 from checker import metrics
 from checker.decision_memory import DecisionMemory, SharedScan
 from checker.half_lookup import HalfLookup
-from checker.kafka_reader import TopicCursor, end_offsets
+from checker.kafka_reader import TopicCursor, end_offsets, watermarks
 from checker.membership import Fences, group_consumer_config, is_instance_fenced
 from checker.watchdog import StuckError, call_with_deadline
 from outbox.access import is_authorization_failure, principal_of
@@ -349,7 +349,7 @@ class Relay:
         """
         tp = TopicPartition(self._topics.op, partition)
         (committed,) = self._consumer.committed([tp], timeout=self._settings.timeout)
-        low, _ = self._consumer.get_watermark_offsets(tp, timeout=self._settings.timeout)
+        low, _ = watermarks(self._consumer, tp, self._settings.timeout)
         position = committed.offset
         if position == OFFSET_INVALID or position < 0:
             position = low
@@ -688,7 +688,7 @@ class Relay:
         end = self._half_ends.get(decision.half_partition, 0)
         if decision.half_offset >= end:  # past the end known: ask again (the half came first)
             tp = TopicPartition(self._topics.half, decision.half_partition)
-            _, end = self._consumer.get_watermark_offsets(tp, timeout=self._settings.timeout)
+            _, end = watermarks(self._consumer, tp, self._settings.timeout)
             self._half_ends[decision.half_partition] = end
         return decision.half_offset < end
 

@@ -24,7 +24,7 @@ from tenacity import Retrying, retry_if_exception_type, wait_exponential
 
 from checker import metrics
 from checker.ended import EndedTransactions
-from checker.kafka_reader import KafkaPartitionReader, TopicCursor
+from checker.kafka_reader import KafkaPartitionReader, TopicCursor, watermarks
 from checker.membership import Fences, group_consumer_config, is_instance_fenced
 from checker.relay import Relay, RelaySettings, relay_group, relay_transactional_id
 from checker.round_writer import FencedError, RoundWriter, decode_checkpoint
@@ -523,12 +523,9 @@ class Checker:
 
     def _watermarks(self, topic: str, partition: int) -> tuple[int, int]:
         try:
-            low, high = self._consumer.get_watermark_offsets(
-                TopicPartition(topic, partition), timeout=30
-            )
+            return watermarks(self._consumer, TopicPartition(topic, partition), timeout=30)
         except KafkaException as exc:
             raise KafkaUnavailableError(f"watermarks of {topic}[{partition}]: {exc}") from None
-        return int(low), int(high)
 
     def _offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int:
         try:
