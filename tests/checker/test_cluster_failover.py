@@ -30,7 +30,7 @@ from outbox_devtools.kafka import LocalKafka, LocalKafkaCluster
 from tests.checker.support import wait_for
 from tests.producer.conftest import OutboxTopics, ScriptedListener
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.cluster_proof]
 
 GROUP = "orders"
 INSTANCE = "cluster-checker"
