@@ -37,10 +37,7 @@ CLUSTER_FAULTS = (
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize(
     ("answers", "sink_format", "brokers"),
-    [
-        pytest.param("producers", "parquet", 3, marks=pytest.mark.cluster_proof),
-        ("database", "delta", 1),
-    ],
+    [("producers", "parquet", 3), ("database", "delta", 1)],
     ids=["check-back-three-brokers", "resolve-from-db-delta-sink"],
 )
 def test_a_short_chaos_run_loses_nothing_and_shows_nothing_rolled_back(
