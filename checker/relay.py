@@ -37,6 +37,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 from confluent_kafka import (
@@ -86,6 +87,8 @@ log = logging.getLogger(__name__)
 
 _PRODUCER_GROUP = Header.PRODUCER_GROUP.value
 _MAX_BACKOFF = 2.0
+_HALF_WAIT_PAUSE = 0.05
+"""Pause between readings of an op partition held at a half behind an open transaction."""
 _STAGE = {stage: metrics.RELAY_STAGE_SECONDS.labels(stage) for stage in metrics.RELAY_STAGES}
 
 
@@ -108,15 +111,30 @@ def relay_transactional_id(checker_group: str, instance: str) -> str:
     return f"{relay_group(checker_group)}.{instance}"
 
 
+class HalfState(Enum):
+    """Where the half an op names stands on its half partition."""
+
+    READABLE = "readable"
+    """Below the last stable offset: a committed read returns it (or finds it aborted)."""
+    BEHIND_OPEN_TRANSACTION = "behind an open transaction"
+    """Stored, but past the last stable offset: a transaction opened before it (a round
+    writer's put-back chunk, a frozen or killed writer's) is still open on its partition."""
+    NOT_STORED = "not stored"
+    """Past everything the partition holds, or before its own origin: a bogus op."""
+
+
 @dataclass
 class BatchReport:
     """What one relay transaction did."""
 
     decisions: int = 0
+    """Op records relayed (the ones waiting for their half not counted)."""
     published: int = 0
     second_decisions: int = 0
     rollbacks: int = 0
     unpublishable: int = 0
+    waiting: int = 0
+    """Op partitions held at a decision whose half is behind an open transaction."""
     by_partition: dict[int, int] = field(default_factory=dict)
     finished: list[tuple[str, str, int]] = field(default_factory=list)
     """(real topic, producer group, half stored ms) of each publication, for the latency."""
@@ -185,7 +203,9 @@ class Relay:
         self._relayed: dict[int, int] = {}
         """Per owned op partition, the offset after the last decision relayed and committed."""
         self._half_ends: dict[int, int] = {}
-        """Per half partition, an end offset once read: an op naming a half past it is bogus."""
+        """Per half partition, its last stable offset once read: halves below it are readable."""
+        self._waiting: dict[int, int] = {}
+        """Per op partition, the op offset last said to wait for its half (logged once)."""
         self._unrestored: set[int] = set()
         """Owned op partitions not yet put back at their committed offset: their records wait."""
         self._in_transaction = False
@@ -367,7 +387,7 @@ class Relay:
                 if raw.offset >= position:
                     break
                 decision = _decode(raw)
-                if decision is not None and self._names_a_stored_half(decision):
+                if decision is not None and self._half_state(decision) is not HalfState.NOT_STORED:
                     memory.learn(decision.identity, raw.offset)
                     rebuilt += 1
             offset = batch[-1].offset + 1
@@ -543,13 +563,24 @@ class Relay:
                 )
 
     def _relay(self, records: list[RawRecord]) -> BatchReport:
-        report = BatchReport(decisions=len(records))
+        report = BatchReport()
         commits: dict[int, list[Decision]] = defaultdict(list)
         next_offsets: dict[int, int] = {}
         decisions = [(raw, _decode(raw)) for raw in records]
         scans = self._shared_scans(decisions)
+        held: dict[int, int] = {}
+        """Per op partition, the op whose half cannot be read yet: it and what follows wait."""
         for raw, decision in decisions:
+            if raw.partition in held:
+                continue
+            if decision is not None and decision.half_partition == raw.partition:
+                state = self._half_state(decision)
+                if state is HalfState.BEHIND_OPEN_TRANSACTION:
+                    held[raw.partition] = raw.offset
+                    self._note_wait(raw, decision)
+                    continue
             next_offsets[raw.partition] = raw.offset + 1
+            report.decisions += 1
             if decision is None or decision.half_partition != raw.partition:
                 if decision is not None:
                     log.warning(
@@ -559,7 +590,7 @@ class Relay:
                         decision.half_partition,
                     )
                 continue
-            if not self._names_a_stored_half(decision):
+            if state is HalfState.NOT_STORED:
                 log.warning(
                     "op at %s[%d] names half %d:%d (origin %d), which its half partition "
                     "cannot hold; ignored",
@@ -578,7 +609,16 @@ class Relay:
                 commits[raw.partition].append(decision)
             else:
                 report.rollbacks += 1
-        outgoing = self._restore_records(commits, report)
+        if next_offsets:
+            self._commit_batch(self._restore_records(commits, report), next_offsets)
+        else:  # every op of the batch waits for its half: a short pause, not a spin
+            self._stopping.wait(_HALF_WAIT_PAUSE)
+        self._hold(held, next_offsets)
+        report.waiting = len(held)
+        return report
+
+    def _commit_batch(self, outgoing: list[OutgoingRecord], next_offsets: dict[int, int]) -> None:
+        """Write ``outgoing`` and commit the op offsets with the memories, in one transaction."""
         self._batch_topics = sorted({record.topic for record in outgoing})
         offsets = []
         for partition, offset in next_offsets.items():
@@ -602,7 +642,6 @@ class Relay:
             raise KafkaUnavailableError(f"relay transaction abandoned: {exc}") from None
         self._in_transaction = False
         self._relayed.update(next_offsets)
-        return report
 
     def _transact(
         self,
@@ -678,19 +717,67 @@ class Relay:
             return None, problem
         return record, ""
 
-    def _names_a_stored_half(self, decision: Decision) -> bool:
-        """Whether the op can decide a half that is stored: its origin is no later than the
-        copy it names, which lies below the half partition's end. A bogus huge offset would
-        otherwise be the highest identity in the memory's window, never dropped, and pin
-        the window's op floor (every restart re-reading the op partition from it)."""
+    def _half_state(self, decision: Decision) -> HalfState:
+        """Whether the op can decide a half that is stored, and whether that half can be read.
+
+        A bogus op (its origin later than the copy it names, or a huge offset) would
+        otherwise be the highest identity in the memory's window, never dropped, pinning
+        the window's op floor: it is no decision. A half past the last stable offset is
+        stored all the same when it lies below the high watermark (a committed read
+        cannot see it while a transaction opened before it is open): its decision waits.
+        Taking the last stable offset for the end dropped such decisions as bogus.
+        """
         if decision.identity > decision.half_offset:
-            return False
-        end = self._half_ends.get(decision.half_partition, 0)
-        if decision.half_offset >= end:  # past the end known: ask again (the half came first)
-            tp = TopicPartition(self._topics.half, decision.half_partition)
-            _, end = watermarks(self._consumer, tp, self._settings.timeout)
-            self._half_ends[decision.half_partition] = end
-        return decision.half_offset < end
+            return HalfState.NOT_STORED
+        partition = decision.half_partition
+        if decision.half_offset < self._half_ends.get(partition, 0):
+            return HalfState.READABLE
+        # Past the end known: ask again (the half came first). The relay's consumer reads
+        # committed, so the end it is told is the partition's last stable offset.
+        tp = TopicPartition(self._topics.half, partition)
+        _, self._half_ends[partition] = watermarks(self._consumer, tp, self._settings.timeout)
+        if decision.half_offset < self._half_ends[partition]:
+            return HalfState.READABLE
+        (stored,) = end_offsets(
+            AdminClient(self._client_config),
+            self._topics.half,
+            [partition],
+            IsolationLevel.READ_UNCOMMITTED,
+            self._settings.timeout,
+        ).values()
+        if decision.half_offset < stored:
+            return HalfState.BEHIND_OPEN_TRANSACTION
+        return HalfState.NOT_STORED
+
+    def _note_wait(self, raw: RawRecord, decision: Decision) -> None:
+        """Say once per waiting op (not at every re-read) why its partition stands still."""
+        if self._waiting.get(raw.partition) == raw.offset:
+            return
+        self._waiting[raw.partition] = raw.offset
+        log.info(
+            "op at %s[%d] waits for its half %d:%d, behind a transaction still open on the "
+            "half partition",
+            raw.topic,
+            raw.offset,
+            decision.half_partition,
+            decision.half_offset,
+        )
+
+    def _hold(self, held: dict[int, int], advanced: dict[int, int]) -> None:
+        """Read each held op partition again from its waiting op, once the batch committed.
+
+        Nothing at or past the waiting op was relayed or committed; the consumer stood
+        past it. A partition that cannot be put back stands aside and resumes from its
+        committed offset, which is no later than the waiting op.
+        """
+        for partition, offset in held.items():
+            try:
+                self._consumer.seek(TopicPartition(self._topics.op, partition, offset))
+            except KafkaException as exc:
+                log.warning("relay cannot hold op partition %d at %d: %s", partition, offset, exc)
+                self._stand_aside(partition)
+        for partition in [p for p in advanced if p not in held]:
+            self._waiting.pop(partition, None)
 
     def _usable(self, message: KafkaMessage) -> bool:
         error = message.error()
