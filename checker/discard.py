@@ -44,7 +44,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from outbox.config import KafkaSettings
 from outbox.errors import KafkaUnavailableError, OutboxError, TopicAdminError
@@ -69,6 +69,8 @@ DISCARD_OFFSET_HEADER = Header.DISCARD_OFFSET.value
 RESUMED_MS_HEADER = Header.RESUMED_MS.value
 CHUNK = 500
 """Halves resumed per Kafka transaction: bounded transactions, progress kept on a crash."""
+CLOCK_MARGIN_MS = 60_000
+"""How far the clocks of a half's writer and of its decisions' writers may disagree."""
 
 
 class ResumeFencedError(OutboxError):
@@ -249,12 +251,18 @@ def resume_discards(
     now_ms: Callable[[], int],
     timeout: float = 60.0,
     chunk: int = CHUNK,
+    past_op_retention: bool = False,
 ) -> ResumeOutcome:
     """Put the named discarded halves (all, if ``transaction_ids`` is None) back.
 
     One half per transaction id goes back (the latest discard), even if it was
     discarded several times. Raises :class:`ResumeFencedError` if another
     resume took over mid-way; what was committed before stays committed.
+
+    A discard whose decisions the op topic may no longer hold is refused unless
+    ``past_op_retention``: the relay tells a half's first commit from a second
+    by the op history, so with a late commit already published and its op
+    deleted by retention, the resumed copy's commit would be published again.
     """
     topics = settings.topics
     client = settings.client_config()
@@ -277,6 +285,8 @@ def resume_discards(
         # that had not is fenced (see the module docstring).
         discards = read_discards(client, topics, timeout)
         outcome, plans = _plan(discards, transaction_ids, partitions)
+        if not past_op_retention:
+            plans = _within_op_history(plans, outcome, client, topics, timeout)
         for start in range(0, len(plans), chunk):
             outcome.resumed += _write(
                 producer, topics, plans[start : start + chunk], now_ms, timeout
@@ -334,6 +344,63 @@ def _plan(
         if usable:
             plans.append(_Plan(max(usable, key=_latest), usable))
     return outcome, plans
+
+
+def _within_op_history(
+    plans: list[_Plan],
+    outcome: ResumeOutcome,
+    client_config: dict[str, Any],
+    topics: TopicNames,
+    timeout: float,
+) -> list[_Plan]:
+    """The plans whose half's decisions are all still in the op topic; the others refused."""
+    if not plans:
+        return plans
+    consumer = Consumer({**client_config, "group.id": f"{resume_transactional_id(topics)}.history"})
+    try:
+        kept = []
+        for plan in plans:
+            assert plan.chosen.half is not None and plan.chosen.record is not None
+            partition = plan.chosen.record.half_partition
+            since_ms = plan.chosen.half.born_ms - CLOCK_MARGIN_MS
+            ops = TopicPartition(topics.op, partition)
+            if _op_history_covers(consumer, ops, since_ms, timeout):
+                kept.append(plan)
+                continue
+            outcome.refused.append(
+                (
+                    plan.chosen.half.transaction_id,
+                    f"the op history of partition {partition} no longer reaches back to its "
+                    "half (retention deleted older decisions): were it committed before, its "
+                    "commit published, a resumed copy would be published a second time; "
+                    "pass --past-op-retention to resume it all the same",
+                )
+            )
+        return kept
+    finally:
+        consumer.close()
+
+
+def _op_history_covers(
+    consumer: Consumer, partition: TopicPartition, since_ms: int, timeout: float
+) -> bool:
+    """Whether ``partition`` of the op topic still holds every op written since ``since_ms``:
+    nothing was ever deleted from it, or a retained op is older than that (retention
+    deletes the oldest first)."""
+    try:
+        low, high = consumer.get_watermark_offsets(partition, timeout=timeout)
+        if low == 0:
+            return True
+        (first,) = consumer.offsets_for_times(
+            [TopicPartition(partition.topic, partition.partition, max(0, since_ms))],
+            timeout=timeout,
+        )
+    except KafkaException as exc:
+        where = f"{partition.topic}[{partition.partition}]"
+        raise KafkaUnavailableError(f"reading the op history of {where}: {exc}") from None
+    if first.offset < 0 or first.offset >= high:  # every op retained is older
+        return high > low
+    return first.offset > low
 
 
 def _latest(discard: DiscardedHalf) -> tuple[int, tuple[int, int]]:

@@ -157,6 +157,14 @@ def resume_command(
     resume_all: Annotated[
         bool, typer.Option("--all", help="Resume every discarded half that can be.")
     ] = False,
+    past_op_retention: Annotated[
+        bool,
+        typer.Option(
+            "--past-op-retention",
+            help="Also resume halves older than the op topic's history: one committed "
+            "and published before would be published a second time.",
+        ),
+    ] = False,
     *,
     settings: KafkaSettings,
 ) -> None:
@@ -169,7 +177,12 @@ def resume_command(
     if bool(transaction_ids) == resume_all:
         raise typer.BadParameter("give transaction ids or --all (not both)")
     with admin_session(settings):
-        outcome = resume_discards(settings, None if resume_all else transaction_ids, now_ms=_now_ms)
+        outcome = resume_discards(
+            settings,
+            None if resume_all else transaction_ids,
+            now_ms=_now_ms,
+            past_op_retention=past_op_retention,
+        )
     console = make_console()
     errors = make_console(stderr=True)
     if outcome.resumed:

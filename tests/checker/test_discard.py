@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -9,7 +10,7 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from checker.discard import (
@@ -26,8 +27,10 @@ from outbox.protocol import (
     DiscardRecord,
     HalfRecord,
     Header,
+    OpRecord,
     RawRecord,
     RecordKind,
+    Resolution,
     TopicNames,
 )
 from outbox.reading import read_topic
@@ -331,3 +334,31 @@ def test_list_as_json_holds_what_the_table_shows(discards, kafka_bootstrap):
     assert good["resumed"] is None and isinstance(good["discarded_ms"], int)
     assert good["check_times"] == 15
     assert (bad["reason"], bad["resumable"]) == ("malformed", False)
+
+
+def test_a_discard_older_than_the_op_history_is_refused_unless_asked_for(
+    discards, kafka_admin: AdminClient
+):
+    """The relay publishes a half's first commit only, judging "first" from the op history.
+    Once retention has deleted the ops of a discarded half (a late commit the relay already
+    published), a resumed copy's commit looks first and is published a second time. Such a
+    resume is refused, saying why; asked for by name of the flag, it goes ahead."""
+    old = a_half("old")
+    # born after every op retention deleted (beyond the 60 s allowed for the writers' clocks)
+    recent = dataclasses.replace(a_half("recent"), born_ms=now_ms() + 120_000)
+    op = OpRecord("old", "shop", 1, 7, Resolution.COMMIT, 1)
+    for _ in range(3):  # a late commit the relay published, then others
+        discards.producer.produce(**op.to_record(discards.topics).produce_kwargs())
+    assert discards.producer.flush(30) == 0
+    deleted = kafka_admin.delete_records([TopicPartition(discards.topics.op, 1, 2)])
+    for future in deleted.values():
+        future.result()  # what retention does: the oldest ops of partition 1 are gone
+    discards.discard(old)
+    discards.discard(recent)
+    outcome = discards.resume("old", "recent")
+    assert [r.transaction_id for r in outcome.resumed] == ["recent"]
+    ((label, why),) = outcome.refused
+    assert label == "old"
+    assert "op history" in why and "--past-op-retention" in why
+    outcome = resume_discards(discards.settings, ["old"], now_ms=now_ms, past_op_retention=True)
+    assert [r.transaction_id for r in outcome.resumed] == ["old"]
