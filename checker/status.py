@@ -79,6 +79,14 @@ class PartitionStatus:
         return max(0, self.half_end - max(start, self.half_low))
 
     @property
+    def lost_to_retention(self) -> int:
+        """Halves past the checkpoint that retention deleted before the checker read them:
+        any without a decision is lost (the checker reports them too, when it is back)."""
+        if self.half_checkpoint is None:
+            return 0
+        return max(0, self.half_low - self.half_checkpoint)
+
+    @property
     def unrelayed(self) -> int:
         """Op records the relay has not consumed yet: decisions whose events are not out."""
         start = self.relay_offset if self.relay_offset is not None else self.op_low

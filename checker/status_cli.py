@@ -75,6 +75,16 @@ def show_status(status: CheckerStatus, where: str) -> None:
         ),
         highlight=False,
     )
+    for part in status.partitions:
+        if part.lost_to_retention:
+            console.print(
+                f"[bold red]lost:[/] {part.lost_to_retention:,} half record(s) on partition "
+                f"{part.partition} were deleted by retention before the checker read them "
+                f"(offsets {part.half_checkpoint:,}..{part.half_low - 1:,}); any without a "
+                "decision is lost: keep a checker running, or raise the half topic's "
+                "retention.ms above the longest outage",
+                highlight=False,
+            )
     if capped:
         console.print(
             f"note: partitions {', '.join(map(str, capped))} have more than "
@@ -125,8 +135,14 @@ def status_document(status: CheckerStatus) -> dict[str, Any]:
         "scan_limit": status.scan_limit,
         "pending": sum(p.pending for p in status.partitions),
         "unrelayed": sum(p.unrelayed for p in status.partitions),
+        "lost_to_retention": sum(p.lost_to_retention for p in status.partitions),
         "partitions": [
-            {**asdict(part), "lag": part.lag, "unrelayed": part.unrelayed}
+            {
+                **asdict(part),
+                "lag": part.lag,
+                "unrelayed": part.unrelayed,
+                "lost_to_retention": part.lost_to_retention,
+            }
             for part in status.partitions
         ],
     }

@@ -269,3 +269,27 @@ def test_command_as_json_holds_what_the_table_shows(setup, kafka_bootstrap):
     assert (one["half_end"], one["half_checkpoint"], one["op_checkpoint"]) == (2, 1, 0)
     assert (one["lag"], one["pending"], one["capped"]) == (1, 1, False)
     assert one["oldest_pending_born_ms"] < document["read_at_ms"]
+
+
+def test_halves_deleted_by_retention_before_the_checker_read_them_are_shown(
+    setup, kafka_bootstrap, kafka_admin: AdminClient
+):
+    """A checker down longer than the half topic's retention: halves past its checkpoint were
+    deleted unread, and any without a decision is lost. The checker says so when it comes back;
+    `outbox status` must say so while it is down, which is when an operator asks."""
+    settings, writer = setup
+    group = f"{settings.topics.prefix}.checker"
+    writer.halves(0, *(half(tid, NOW_MS - 60_000) for tid in "abcdef"))
+    commit_checkpoint(kafka_bootstrap, group, settings.topics.half, 0, 1, 0)
+    deleted = kafka_admin.delete_records([TopicPartition(settings.topics.half, 0, 4)])
+    for future in deleted.values():
+        future.result()  # what retention does to offsets 0..3
+    status = read_status(settings, group)
+    assert status.partitions[0].lost_to_retention == 3  # offsets 1..3: past the checkpoint
+    assert status.partitions[1].lost_to_retention == 0
+    where = ["--bootstrap-servers", kafka_bootstrap, "--topic-prefix", settings.topic_prefix]
+    result = outbox("status", *where)
+    assert result.returncode == 0, result.stderr
+    assert "3 half record(s) on partition 0 were deleted by retention" in result.stdout
+    document = json.loads(outbox("status", *where, "--output", "json").stdout)
+    assert document["lost_to_retention"] == 3
