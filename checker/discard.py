@@ -40,7 +40,7 @@ which the relay ignores; it stays listed with the reason.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -199,7 +199,11 @@ def read_discards(
     client_config: dict[str, Any], topics: TopicNames, timeout: float = 60.0
 ) -> list[DiscardedHalf]:
     """Every discard record up to the topic's current end, with its resume marker if any."""
-    records = read_topic(client_config, topics.discard, timeout=timeout)
+    return discards_of(read_topic(client_config, topics.discard, timeout=timeout))
+
+
+def discards_of(records: Iterable[RawRecord]) -> list[DiscardedHalf]:
+    """The discard records among ``records`` (a discard topic, in order), each with its marker."""
     markers: dict[tuple[int, int], ResumeMarker] = {}
     discards: list[DiscardedHalf] = []
     for raw in records:
@@ -242,6 +246,27 @@ class _Plan:
     chosen: DiscardedHalf
     settles: list[DiscardedHalf]
     """Every not-yet-resumed resumable discard of the transaction: one half settles them all."""
+
+    def half_record(self, topics: TopicNames) -> OutgoingRecord:
+        """The half that goes back: the chosen discard's, check count reset, same identity."""
+        assert self.chosen.half is not None and self.chosen.record is not None
+        record = self.chosen.record
+        return self.chosen.half.resumed(record.half_offset).to_record(topics, record.half_partition)
+
+    def markers(self, half_offset: int, resumed_ms: int) -> list[ResumeMarker]:
+        """One marker per discard settled, naming where the half went back (``half_offset``)."""
+        assert self.chosen.half is not None and self.chosen.record is not None
+        return [
+            ResumeMarker(
+                transaction_id=self.chosen.half.transaction_id,
+                discard_partition=settled.position[0],
+                discard_offset=settled.position[1],
+                half_partition=self.chosen.record.half_partition,
+                half_offset=half_offset,
+                resumed_ms=resumed_ms,
+            )
+            for settled in self.settles
+        ]
 
 
 def resume_discards(
@@ -419,13 +444,9 @@ def _write(
         producer.begin_transaction()
         offsets: list[list[int]] = []
         for plan in plans:
-            assert plan.chosen.half is not None and plan.chosen.record is not None
-            record = plan.chosen.record
-            half = plan.chosen.half.resumed(record.half_offset)
             offset: list[int] = []
             producer.produce(
-                **half.to_record(topics, record.half_partition).produce_kwargs(),
-                on_delivery=_remember_offset(offset),
+                **plan.half_record(topics).produce_kwargs(), on_delivery=_remember_offset(offset)
             )
             offsets.append(offset)
         if producer.flush(timeout) > 0 or not all(offsets):
@@ -433,19 +454,12 @@ def _write(
         resumed_ms = now_ms()
         done: list[Resumed] = []
         for plan, offset in zip(plans, offsets, strict=True):
-            assert plan.chosen.half is not None and plan.chosen.record is not None
-            for settled in plan.settles:
-                marker = ResumeMarker(
-                    transaction_id=plan.chosen.half.transaction_id,
-                    discard_partition=settled.position[0],
-                    discard_offset=settled.position[1],
-                    half_partition=plan.chosen.record.half_partition,
-                    half_offset=offset[0],
-                    resumed_ms=resumed_ms,
-                )
+            for settled, marker in zip(
+                plan.settles, plan.markers(offset[0], resumed_ms), strict=True
+            ):
                 producer.produce(**marker.to_record(topics).produce_kwargs())
                 if settled is plan.chosen:
-                    done.append(Resumed(plan.chosen.half.transaction_id, settled, marker))
+                    done.append(Resumed(marker.transaction_id, settled, marker))
         producer.commit_transaction(timeout)
         return done
     except KafkaException as exc:

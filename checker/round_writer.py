@@ -72,8 +72,12 @@ class RoundWriter:
         *,
         timeout: float = 30.0,
         transaction_timeout_ms: int = 60_000,
+        producer_factory: Callable[[dict[str, Any]], Producer] = Producer,
     ) -> None:
+        """``producer_factory`` makes the transactional producer from its configuration;
+        the protocol model (tests/model) passes one over its in-memory partitions."""
         self._topics = topics
+        self._producer_factory = producer_factory
         self._timeout = timeout
         self._config = {
             "message.max.bytes": CHECKER_MESSAGE_MAX_BYTES,
@@ -99,7 +103,7 @@ class RoundWriter:
         """
         deadline = time.monotonic() + self._timeout * 3
         while True:
-            producer = Producer(self._config)
+            producer = self._producer_factory(self._config)
             try:
                 producer.init_transactions(self._timeout)
                 return producer
