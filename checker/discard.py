@@ -194,6 +194,11 @@ class DiscardedHalf:
     def resumable(self) -> bool:
         return self.problem is None
 
+    def half_identity(self) -> tuple[int, int]:
+        """The discarded half's partition and origin offset, shared by all its copies."""
+        assert self.half is not None and self.record is not None, "not resumable"
+        return self.record.half_partition, self.half.identity(self.record.half_offset)
+
 
 def read_discards(
     client_config: dict[str, Any], topics: TopicNames, timeout: float = 60.0
@@ -245,7 +250,7 @@ class ResumeOutcome:
 class _Plan:
     chosen: DiscardedHalf
     settles: list[DiscardedHalf]
-    """Every not-yet-resumed resumable discard of the transaction: one half settles them all."""
+    """Every not-yet-resumed discard of the half (its copies'): its latest settles them all."""
 
     def half_record(self, topics: TopicNames) -> OutgoingRecord:
         """The half that goes back: the chosen discard's, check count reset, same identity."""
@@ -280,8 +285,9 @@ def resume_discards(
 ) -> ResumeOutcome:
     """Put the named discarded halves (all, if ``transaction_ids`` is None) back.
 
-    One half per transaction id goes back (the latest discard), even if it was
-    discarded several times. Raises :class:`ResumeFencedError` if another
+    One copy per discarded half goes back (its latest discard), even if it was
+    discarded several times; a reused transaction id names several halves, and
+    each of them goes back. Raises :class:`ResumeFencedError` if another
     resume took over mid-way; what was committed before stays committed.
 
     A discard whose decisions the op topic may no longer hold is refused unless
@@ -353,7 +359,7 @@ def _plan(
         if not open_:
             outcome.already.append(max(found, key=_latest))
             continue
-        usable = []
+        by_half: dict[tuple[int, int], list[DiscardedHalf]] = {}
         for discard in open_:
             problem = discard.problem
             if problem is None and discard.record and discard.record.half_partition >= partitions:
@@ -362,12 +368,13 @@ def _plan(
                     f"(the half topic has {partitions})"
                 )
             if problem is None:
-                usable.append(discard)
+                by_half.setdefault(discard.half_identity(), []).append(discard)
             else:
                 label = transaction_id or "discard at {}@{}".format(*discard.position)
                 outcome.refused.append((label, problem))
-        if usable:
-            plans.append(_Plan(max(usable, key=_latest), usable))
+        # One half back per discarded half, never per id: a reused id names several halves,
+        # and each must be asked about (a discard settled by another's copy is lost).
+        plans += [_Plan(max(usable, key=_latest), usable) for usable in by_half.values()]
     return outcome, plans
 
 

@@ -212,12 +212,25 @@ def test_discarded_again_after_a_resume_can_be_resumed_again(discards):
     assert len(discards.halves()) == 2
 
 
-def test_one_half_per_transaction_even_if_discarded_twice(discards):
+def test_one_copy_per_half_even_if_discarded_twice(discards):
     discards.discard(a_half("a"), offset=7, discarded_ms=NOW_MS)
-    discards.discard(a_half("a").put_back(3, NOW_MS), offset=9, discarded_ms=NOW_MS + 1)
+    discards.discard(a_half("a").put_back(7, NOW_MS), offset=9, discarded_ms=NOW_MS + 1)
     outcome = discards.resume("a")
     assert [r.source.record.half_offset for r in outcome.resumed] == [9]
     assert len(discards.halves()) == 1
+    assert all(d.resumed for d in read_discards(discards.config, discards.topics))
+
+
+def test_a_reused_id_puts_back_each_of_its_discarded_halves(discards):
+    """Two halves under one id (an idempotency key retried) are two halves, each asked
+    about on its own: resuming the id put back only the latest and marked both resumed,
+    so a first attempt whose local transaction committed was never published (found by
+    the protocol model, tests/model)."""
+    discards.discard(a_half("a"), offset=7, discarded_ms=NOW_MS)
+    discards.discard(a_half("a").put_back(3, NOW_MS), offset=9, discarded_ms=NOW_MS + 1)
+    outcome = discards.resume("a")
+    assert sorted(r.source.record.half_offset for r in outcome.resumed) == [7, 9]
+    assert sorted(h.identity(7) for _, h in discards.halves()) == [3, 7]
     assert all(d.resumed for d in read_discards(discards.config, discards.topics))
 
 

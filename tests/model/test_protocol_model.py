@@ -596,3 +596,40 @@ def test_a_reused_key_whose_first_attempt_was_rolled_back_can_commit_later() -> 
         assert model.listener.execute_local_transaction(late, None) is ROLLBACK  # id taken
     finally:
         model.teardown()
+
+
+class _Drawn:
+    """Stands for ``st.data()`` in a step sequence replayed by hand: draws the given values."""
+
+    def __init__(self, *values: object) -> None:
+        self._values = list(values)
+
+    def draw(self, strategy: object) -> object:
+        return self._values.pop(0)
+
+
+def test_resuming_a_reused_id_puts_back_every_half_discarded_under_it() -> None:
+    """Found by the model. Two halves of one reused id are discarded (their check requests
+    lost); the first one's local transaction had committed. ``discard resume k0`` put back
+    only the latest discard of the id and marked both resumed: the committed half was never
+    asked about again, never published, and no longer listed as discarded."""
+    model = ProtocolModel()
+    model.start(capacity=2, check_max=1)
+    try:
+        model.send("k0")
+        committed = model.halves[0]
+        model.local_transaction(_Drawn(committed), commit=True, end="lost")  # type: ignore[arg-type]
+        model.time_passes(TIMEOUT)
+        model.checker_round()  # asks about it; the request is lost
+        model.check_request_lost(_Drawn(*model._pending_requests()))  # type: ignore[arg-type]
+        model.send("k0")  # a retry under the same key, whose process dies at once
+        model.time_passes(TIMEOUT)
+        model.checker_round()  # discards the first; asks about the retry
+        model.check_request_lost(_Drawn(*model._pending_requests()))  # type: ignore[arg-type]
+        model.checker_round()  # discards the retry
+        assert model._open_discards() == ["k0"]
+        model.discard_resume(_Drawn("k0"), every=False, crash=False)  # type: ignore[arg-type]
+        model.everything_settles()
+        assert model.published == [committed.identity]
+    finally:
+        model.teardown()
