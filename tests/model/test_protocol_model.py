@@ -38,6 +38,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import pytest
 import sqlalchemy as sa
 from confluent_kafka import KafkaException
 from hypothesis import settings
@@ -631,5 +632,36 @@ def test_resuming_a_reused_id_puts_back_every_half_discarded_under_it() -> None:
         model.discard_resume(_Drawn("k0"), every=False, crash=False)  # type: ignore[arg-type]
         model.everything_settles()
         assert model.published == [committed.identity]
+    finally:
+        model.teardown()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="checker/rules.py discards a half at check_max (or the retention horizon) before "
+    "reading the ops past the first batch, where its decision may already be: a decided, "
+    "even published, half is listed as discarded (issue 23, found by the protocol model)",
+)
+def test_a_half_whose_answer_is_stored_is_not_discarded_at_check_max() -> None:
+    """Found by the model. Two halves are asked about and both answered COMMIT before the
+    next round; with ops read a batch at a time, that round skips the first copy (its op is
+    in the first batch) and discards the second at check_max without reading on to its op.
+    The relay publishes it all the same; ``outbox discard list`` shows it as discarded."""
+    model = ProtocolModel()
+    model.start(capacity=2, check_max=1, op_read_batch=1)
+    try:
+        for key in ("k0", "k1"):
+            model.send(key)
+        for half in list(model.halves.values()):
+            model.local_transaction(_Drawn(half), commit=True, end="lost")  # type: ignore[arg-type]
+        model.time_passes(TIMEOUT)
+        model.checker_round()  # asks about both
+        for offset in model._pending_requests():
+            model._answer_request(offset)  # both COMMIT, stored before the next round
+        model.checker_round()
+        model._relay_all()
+        assert sorted(model.published) == sorted(model.halves)
+        discarded = [d.transaction_id for d in discards_of(model.cluster.discard.records)]
+        assert discarded == [], f"decided halves listed as discarded: {discarded}"
     finally:
         model.teardown()
