@@ -55,7 +55,7 @@ bench-sink: kafka-jars spark-jars
 # The Hypothesis model of the protocol (tests/model), far longer than the suite's short run.
 MODEL_EXAMPLES ?= 5000
 model: install
-	OUTBOX_MODEL_EXAMPLES=$(MODEL_EXAMPLES) $(BIN)/pytest tests/model -q
+	OUTBOX_MODEL_EXAMPLES=$(MODEL_EXAMPLES) $(BIN)/pytest tests/model -q --timeout=3600 --hypothesis-show-statistics
 
 # The documentation site (docs/, mkdocs.yml) into site/; `$(BIN)/mkdocs serve` to read it live.
 docs: install

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import pytest
 import sqlalchemy as sa
 from confluent_kafka import KafkaException
-from hypothesis import settings
+from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from sqlalchemy.orm import sessionmaker
@@ -338,7 +338,12 @@ class ProtocolModel(RuleBasedStateMachine):
             )
         chunk = next(self.round)
         if chunk.stop_reason is not None:
+            event(f"round stop: {chunk.stop_reason.name}")
             self.round = None
+        for discard in chunk.to_discard:
+            event(f"discard: {discard.reason.value}")
+        if chunk.to_requeue:
+            event("requeue")
         moved = (chunk.half_checkpoint, chunk.op_checkpoint) != (
             self.round_at.half,
             self.round_at.op,
