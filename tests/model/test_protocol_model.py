@@ -43,6 +43,7 @@ import sqlalchemy as sa
 from confluent_kafka import KafkaException
 from hypothesis import event, settings
 from hypothesis import strategies as st
+from hypothesis.control import currently_in_test_context
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from sqlalchemy.orm import sessionmaker
 from sqlalchemy.pool import StaticPool
@@ -50,7 +51,7 @@ from sqlalchemy.pool import StaticPool
 from checker.decision_memory import DecisionMemory, SharedScan
 from checker.discard import _plan, discards_of
 from checker.round_writer import RoundWriter
-from checker.rules import RoundChunk, RoundRules, iter_round
+from checker.rules import RoundChunk, RoundRules, StopReason, iter_round
 from checker.service import Checkpoint
 from outbox import LocalTransactionState, Message
 from outbox.protocol import (
@@ -86,6 +87,12 @@ TABLE = "model_log"
 KEYS = ["k0", "k1", "k2"]
 GROUP = "model"
 TOPICS = TopicNames("model")
+
+
+def _note(what: str) -> None:
+    """Count what a run reached (``--hypothesis-show-statistics``); nothing in a plain test."""
+    if currently_in_test_context():
+        event(what)
 
 
 @dataclass
@@ -338,12 +345,12 @@ class ProtocolModel(RuleBasedStateMachine):
             )
         chunk = next(self.round)
         if chunk.stop_reason is not None:
-            event(f"round stop: {chunk.stop_reason.name}")
+            _note(f"round stop: {chunk.stop_reason.name}")
             self.round = None
         for discard in chunk.to_discard:
-            event(f"discard: {discard.reason.value}")
+            _note(f"discard: {discard.reason.value}")
         if chunk.to_requeue:
-            event("requeue")
+            _note("requeue")
         moved = (chunk.half_checkpoint, chunk.op_checkpoint) != (
             self.round_at.half,
             self.round_at.op,
@@ -378,12 +385,14 @@ class ProtocolModel(RuleBasedStateMachine):
         self._whole_round()
 
     def _whole_round(self) -> int:
-        decisions = 0
+        """Run the round to its end; the work it did, or 1 if it stopped short of the end."""
+        work = 0
         while True:
             chunk = self._next_chunk()
-            decisions += chunk.decisions if chunk else 0
+            work += chunk.decisions if chunk else 1
             if self.round is None:
-                return decisions
+                assert chunk is not None
+                return work + (chunk.stop_reason is not StopReason.END)
 
     @rule()
     def checker_restarts(self) -> None:
