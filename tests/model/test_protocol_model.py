@@ -240,6 +240,7 @@ class ProtocolModel(RuleBasedStateMachine):
         self.now += seconds
         self.monotonic_ms += int(seconds * 1000)
 
+    @precondition(lambda self: _CLOCK_STEPS)
     @rule()
     def wall_clock_steps_back(self) -> None:
         """NTP steps the wall clock back 30 s (one clock for every host here); the monotonic
@@ -584,11 +585,17 @@ class ProtocolModel(RuleBasedStateMachine):
 
 
 _EXAMPLES = int(os.environ.get("OUTBOX_MODEL_EXAMPLES", "40"))
+_CLOCK_STEPS = os.environ.get("OUTBOX_MODEL_CLOCK_STEPS", "1") != "0"
+"""``0`` leaves the wall clock monotonic: a long search then looks past the open defect
+of :func:`test_a_half_answered_rollback_never_commits_after_another_half_of_its_id_is_answered`,
+which clock steps reach within a few thousand examples."""
+_SHORT = _EXAMPLES <= 40
 ProtocolModel.TestCase.settings = settings(
     max_examples=_EXAMPLES,
-    stateful_step_count=50 if _EXAMPLES <= 40 else 100,
+    stateful_step_count=50 if _SHORT else 100,
     deadline=None,
-    derandomize=_EXAMPLES <= 40,  # the suite's short run is the same every time
+    derandomize=_SHORT,  # the suite's short run is the same every time,
+    database=None if _SHORT else settings.default.database,  # whatever `make model` found
 )
 TestProtocolModel = ProtocolModel.TestCase
 
