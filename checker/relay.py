@@ -204,6 +204,8 @@ class Relay:
         """Per owned op partition, the offset after the last decision relayed and committed."""
         self._half_ends: dict[int, int] = {}
         """Per half partition, its last stable offset once read: halves below it are readable."""
+        self._stored_ends: dict[int, int] = {}
+        """Per half partition, its high watermark once read (asked only for an op past it)."""
         self._waiting: dict[int, int] = {}
         """Per op partition, the op offset last said to wait for its half (logged once)."""
         self._unrestored: set[int] = set()
@@ -738,14 +740,15 @@ class Relay:
         _, self._half_ends[partition] = watermarks(self._consumer, tp, self._settings.timeout)
         if decision.half_offset < self._half_ends[partition]:
             return HalfState.READABLE
-        (stored,) = end_offsets(
-            AdminClient(self._client_config),
-            self._topics.half,
-            [partition],
-            IsolationLevel.READ_UNCOMMITTED,
-            self._settings.timeout,
-        ).values()
-        if decision.half_offset < stored:
+        if decision.half_offset >= self._stored_ends.get(partition, 0):
+            (self._stored_ends[partition],) = end_offsets(
+                AdminClient(self._client_config),
+                self._topics.half,
+                [partition],
+                IsolationLevel.READ_UNCOMMITTED,
+                self._settings.timeout,
+            ).values()
+        if decision.half_offset < self._stored_ends[partition]:
             return HalfState.BEHIND_OPEN_TRANSACTION
         return HalfState.NOT_STORED
 
