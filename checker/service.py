@@ -125,6 +125,7 @@ class Checker:
             self.topics,
             TopicCatalog(self._admin, 30.0, settings.principal),
             transaction_timeout_ms=settings.kafka_transaction_timeout_ms,
+            stopping=self._stopping,
         )
 
     # ----------------------------------------------------------- membership
