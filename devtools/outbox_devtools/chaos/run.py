@@ -261,10 +261,20 @@ def _fire(cluster: Cluster, fault: Fault, console: Console) -> None:
                 checker.kill()
         _record(cluster, fault, "all checkers", cluster.checkers, console)
         return
+    if fault.kind is FaultKind.KILL_CHECKER_MID_CHUNK:
+        # Armed whether it runs now or not: a replica down now is armed when it is back.
+        cluster.checkers[fault.target].arm_mid_chunk()
+        deadline = time.monotonic() + CHECK_WAIT_SECONDS
+        cluster.armed_chunks.append(ArmedChunk(fault, fault.target, deadline))
+        console.print(
+            f"    [red]{cluster.elapsed():6.1f}s[/] armed checker {fault.target}: kill -9 it "
+            f"inside its next chunk with put-backs (waiting up to {CHECK_WAIT_SECONDS:.0f}s)",
+            highlight=False,
+        )
+        return
     role, slots = (
         ("checker", cluster.checkers)
-        if fault.kind
-        in (FaultKind.KILL_CHECKER, FaultKind.FREEZE_CHECKER, FaultKind.KILL_CHECKER_MID_CHUNK)
+        if fault.kind in (FaultKind.KILL_CHECKER, FaultKind.FREEZE_CHECKER)
         else ("producer", cluster.producers)
     )
     target = _first_alive(slots, fault.target)
@@ -284,16 +294,6 @@ def _fire(cluster: Cluster, fault: Fault, console: Console) -> None:
         console.print(
             f"    [red]{cluster.elapsed():6.1f}s[/] armed producers {armed}: kill -9 the first "
             f"that answers a check (waiting up to {CHECK_WAIT_SECONDS:.0f}s)",
-            highlight=False,
-        )
-        return
-    if fault.kind is FaultKind.KILL_CHECKER_MID_CHUNK:
-        cluster.checkers[target].arm_mid_chunk()
-        deadline = time.monotonic() + CHECK_WAIT_SECONDS
-        cluster.armed_chunks.append(ArmedChunk(fault, target, deadline))
-        console.print(
-            f"    [red]{cluster.elapsed():6.1f}s[/] armed checker {target}: kill -9 it inside "
-            f"its next chunk with put-backs (waiting up to {CHECK_WAIT_SECONDS:.0f}s)",
             highlight=False,
         )
         return
