@@ -25,6 +25,7 @@ from pydantic_settings import BaseSettings
 
 from checker.settings import CheckerSettings
 from outbox.config import KafkaSettings, env_names
+from outbox.durations import duration_unit, format_duration, in_seconds
 from outbox.settings import ProducerSettings
 from outbox_devtools.chaos.settings import ChaosSettings
 from spark_sink.settings import SinkSettings
@@ -246,6 +247,9 @@ def _field_default(info: FieldInfo) -> str:
     if info.repr is False:
         # Secrets (SASL passwords, ...) are never shown, not even a default.
         return "empty" if not default else "set, not shown"
+    unit = duration_unit(info.metadata)
+    if unit is not None and isinstance(default, int | float):
+        return _code(format_duration(in_seconds(default, unit)))
     return _value(default)
 
 
