@@ -47,7 +47,7 @@ class CheckerSettings(KafkaSettings):
         ge=0,
         description="how far before the oldest pending half op history is re-read after a restart",
     )
-    consumer_group: str | None = Field(
+    checker_group: str | None = Field(
         None, description="consumer group of the checker replicas; default '<prefix>.checker'"
     )
     instance_id: str | None = Field(
@@ -130,7 +130,7 @@ class CheckerSettings(KafkaSettings):
 
     @property
     def group_id(self) -> str:
-        return self.consumer_group or f"{self.topic_prefix}.checker"
+        return self.checker_group or f"{self.topic_prefix}.checker"
 
     @property
     def transaction_timeout_ms(self) -> int:

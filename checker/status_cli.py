@@ -15,7 +15,7 @@ from rich.table import Table
 from checker.display import format_age
 from checker.status import DEFAULT_SCAN_LIMIT, CheckerStatus, read_status
 from outbox.cli_options import OutputFormat, OutputOption, admin_session, print_json
-from outbox.config import KafkaSettings
+from outbox.config import KafkaSettings, renamed_variable
 from outbox.console import make_console
 from outbox.settings_cli import kafka_options
 
@@ -101,7 +101,7 @@ GroupOption = Annotated[
     typer.Option(
         "--checker-group",
         "--group",
-        envvar="OUTBOX_CONSUMER_GROUP",
+        envvar="OUTBOX_CHECKER_GROUP",
         help="Consumer group of the checker replicas; default '<prefix>.checker'.",
         show_default=False,
     ),
@@ -141,7 +141,9 @@ def status(
     settings: KafkaSettings,
 ) -> None:
     """Show the checker's checkpoints and pending halves per half partition."""
-    checker_group = group or f"{settings.topic_prefix}.checker"
+    checker_group = (
+        group or renamed_variable("OUTBOX_CHECKER_GROUP") or f"{settings.topic_prefix}.checker"
+    )
     with admin_session(settings):
         result = read_status(settings, checker_group, scan_limit=scan_limit)
     if output is OutputFormat.JSON:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
+from outbox.config import renamed_variable
 from outbox.durations import format_duration
 from outbox.errors import ConfigurationError
 from outbox.settings_cli import duration_option
@@ -45,7 +46,7 @@ TableOption = Annotated[
     str | None,
     typer.Option(
         "--table",
-        envvar="OUTBOX_TRANSACTION_LOG_TABLE",
+        envvar="OUTBOX_DB_TABLE",
         help="Name of the transaction-log table (default: outbox_transaction_log).",
         show_default=False,
     ),
@@ -54,7 +55,7 @@ SchemaOption = Annotated[
     str | None,
     typer.Option(
         "--schema",
-        envvar="OUTBOX_TRANSACTION_LOG_SCHEMA",
+        envvar="OUTBOX_DB_SCHEMA",
         help="Schema of the table (PostgreSQL); default: the connection's search path.",
         show_default=False,
     ),
@@ -73,6 +74,8 @@ def _require_url(url: str | None) -> str:
 def _target(table: str | None, schema: str | None) -> LogTarget:
     from outbox.sql.log import DEFAULT_TABLE, LogTarget
 
+    table = table or renamed_variable("OUTBOX_DB_TABLE")
+    schema = schema or renamed_variable("OUTBOX_DB_SCHEMA")
     return LogTarget(table or DEFAULT_TABLE, schema or None)
 
 
