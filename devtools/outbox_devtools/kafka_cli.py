@@ -50,7 +50,10 @@ def start(
     nodes: Annotated[
         int,
         typer.Option(
-            help="1, or 3-5 for a cluster (static quorum, 3 copies, min.insync.replicas=2)."
+            "--brokers",
+            "--nodes",
+            help="1, or 3-5 for a cluster (static quorum, 3 copies, min.insync.replicas=2);"
+            " as `outbox chaos --brokers`.",
         ),
     ] = 1,
     timeout: Annotated[float, duration_option(help="How long to wait for readiness")] = 90.0,
