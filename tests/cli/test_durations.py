@@ -7,19 +7,14 @@ no duration is one line naming the flag (or variable) and the value.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
-import typer
 from typer.testing import CliRunner
 
 from checker.settings import CheckerSettings
 from outbox.durations import DurationError, format_duration, parse_duration
 from outbox.errors import ConfigurationError
 from outbox.settings import ProducerSettings
-from outbox.settings_cli import settings_command
+from tests.cli.support import outbox
 
 HINT = "(use 500ms, 10s, 5m, 1d12h)"
 
@@ -100,19 +95,6 @@ def test_a_bad_variable_names_it_and_the_value(monkeypatch: pytest.MonkeyPatch):
 # ---------------------------------------------------------------------- command line
 
 
-@pytest.fixture
-def checker_runs(monkeypatch: pytest.MonkeyPatch) -> tuple[typer.Typer, list[CheckerSettings]]:
-    """``outbox checker``'s flags on a command that records its settings instead of running."""
-    for name in list(os.environ):
-        if name.startswith("OUTBOX_"):
-            monkeypatch.delenv(name)
-    app = typer.Typer()
-    runs: list[CheckerSettings] = []
-    settings_command(app, "checker", CheckerSettings, runs.append, help="test")
-    app.command("other")(lambda: None)  # two commands: typer keeps the group
-    return app, runs
-
-
 def test_checker_flags_take_durations_and_the_old_plain_numbers(checker_runs):
     app, runs = checker_runs
     base = ["checker", "--bootstrap-servers", "h:1"]
@@ -132,17 +114,6 @@ def test_checker_flags_take_durations_and_the_old_plain_numbers(checker_runs):
     assert (first.retention_hours, first.transaction_timeout_seconds) == (36.0, 0.5)
     assert (second.check_interval_seconds, second.session_timeout_ms) == (45.0, 7000)
     assert (second.retention_hours, second.transaction_timeout_seconds) == (2.0, 1.5)
-
-
-def outbox(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("OUTBOX_")}
-    return subprocess.run(
-        [sys.executable, "-m", "outbox", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**clean, "OUTBOX_DEV_HOME": "/nonexistent-outbox-dev", "COLUMNS": "300", **env},
-    )
 
 
 CHECKER = ["checker", "--bootstrap-servers", "h:1"]

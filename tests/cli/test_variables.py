@@ -9,31 +9,19 @@ set the old names must keep working: the old one is read while the new one is un
 from __future__ import annotations
 
 import logging
-import os
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
-import pytest
-import typer
 from typer.testing import CliRunner
 
-import outbox.config
 from checker.settings import CheckerSettings
 from outbox.config import RENAMED_VARIABLES
-from outbox.settings_cli import settings_command
+from tests.cli.support import outbox
 
 
 def db_upgrade(database: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("OUTBOX_")}
-    return subprocess.run(
-        [sys.executable, "-m", "outbox", "db", "upgrade", "--url", f"sqlite:///{database}"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**clean, **env},
-    )
+    return outbox("db", "upgrade", "--url", f"sqlite:///{database}", **env)
 
 
 def tables(database: Path) -> set[str]:
@@ -64,20 +52,6 @@ def test_the_new_variable_wins_over_the_old(tmp_path: Path):
     assert result.returncode == 0, result.stderr
     assert tables(tmp_path / "log.db") == {"shared_log"}
     assert "deprecated" not in result.stderr
-
-
-@pytest.fixture
-def checker_runs(monkeypatch: pytest.MonkeyPatch) -> tuple[typer.Typer, list[CheckerSettings]]:
-    """``outbox checker``'s flags on a command that records its settings instead of running."""
-    for name in list(os.environ):
-        if name.startswith("OUTBOX_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setattr(outbox.config, "_warned", set())
-    app = typer.Typer()
-    runs: list[CheckerSettings] = []
-    settings_command(app, "checker", CheckerSettings, runs.append, help="test")
-    app.command("other")(lambda: None)  # two commands: typer keeps the group
-    return app, runs
 
 
 def run_checker(checker_runs, *args: str, **env: str) -> CheckerSettings:
