@@ -10,7 +10,7 @@ import typer
 from checker.http import serve
 from checker.service import Checker
 from checker.settings import CheckerSettings
-from outbox.settings_cli import KAFKA_PROPERTY_FLAGS, settings_command
+from outbox_cli.settings_flags import KAFKA_PROPERTY_FLAGS, settings_command
 
 log = logging.getLogger(__name__)
 

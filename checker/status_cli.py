@@ -14,10 +14,10 @@ from rich.table import Table
 
 from checker.display import format_age
 from checker.status import DEFAULT_SCAN_LIMIT, CheckerStatus, read_status
-from outbox.cli_options import OutputFormat, OutputOption, admin_session, print_json
 from outbox.config import KafkaSettings, renamed_variable
-from outbox.console import make_console
-from outbox.settings_cli import kafka_options
+from outbox_cli.console import make_console
+from outbox_cli.options import OutputFormat, OutputOption, admin_session, print_json
+from outbox_cli.settings_flags import kafka_options
 
 
 def status_table(status: CheckerStatus, title: str) -> Table:

@@ -10,7 +10,7 @@ mean what they meant.
 
 Settings fields declare their unit with :data:`Seconds`, :data:`Milliseconds` or
 :data:`Hours`; the command line parses a flag the same way
-(:func:`outbox.settings_cli.settings_command`), and its error names the flag.
+(:func:`outbox_cli.settings_flags.settings_command`), and its error names the flag.
 """
 
 from __future__ import annotations

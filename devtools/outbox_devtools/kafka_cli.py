@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from outbox.settings_cli import duration_option
+from outbox_cli.settings_flags import duration_option
 from outbox_devtools import processes
 from outbox_devtools.kafka import (
     KAFKA_VERSION,

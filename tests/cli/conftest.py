@@ -9,7 +9,7 @@ import typer
 
 import outbox.config
 from checker.settings import CheckerSettings
-from outbox.settings_cli import settings_command
+from outbox_cli.settings_flags import settings_command
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import typer
 from outbox.config import renamed_variable
 from outbox.durations import format_duration
 from outbox.errors import ConfigurationError
-from outbox.settings_cli import duration_option
+from outbox_cli.settings_flags import duration_option
 
 if TYPE_CHECKING:
     from outbox.sql.log import LogTarget

@@ -29,11 +29,11 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings
 from rich.markup import escape
 
-from outbox.cli_options import local_bootstrap, no_kafka_error
 from outbox.config import KafkaSettings, env_names, parse_properties, settings_error
 from outbox.durations import UNIT_WORDS, DurationError, Unit, duration_unit, parse_duration
 from outbox.errors import ConfigurationError
 from outbox.security import SECURITY_FIELD_NAMES
+from outbox_cli.options import local_bootstrap, no_kafka_error
 
 SettingsT = TypeVar("SettingsT", bound=BaseSettings)
 ResultT = TypeVar("ResultT")
