@@ -22,11 +22,14 @@ REPO = Path(__file__).parents[2]
 
 # Each top-level package of the repository and the packages it may import.
 # The Alembic scripts (migrations) are the SQL listener's schema: one floor with the core.
+# The checker's and the sink's command modules use the command line's helpers (outbox_cli),
+# and only those (test_only_command_modules_import_the_command_line); outbox_cli reaches
+# the commands above it through entry points alone.
 MAY_IMPORT: dict[str, set[str]] = {
     "outbox": {"outbox", "migrations"},
     "migrations": {"migrations", "outbox"},
-    "checker": {"checker", "outbox"},
-    "spark_sink": {"spark_sink", "outbox"},
+    "checker": {"checker", "outbox", "outbox_cli"},
+    "spark_sink": {"spark_sink", "outbox", "outbox_cli"},
     "outbox_cli": {"outbox_cli", "outbox"},
 }
 ABOVE_THE_CORE = ("checker", "spark_sink", "outbox_cli", "outbox_devtools", "bench", "tests")
@@ -108,6 +111,19 @@ def test_each_package_imports_only_the_floors_below_it() -> None:
     assert not wrong, "imports pointing up or sideways:\n" + "\n".join(sorted(wrong))
 
 
+def test_only_command_modules_import_the_command_line() -> None:
+    """The sidecar and the Spark job run without typer: only their ``*cli`` modules use it."""
+    wrong = [
+        f"{module} imports {target}"
+        for module, targets in _graph().items()
+        for target in targets
+        if module.split(".")[0] in ("checker", "spark_sink")
+        and target.split(".")[0] == "outbox_cli"
+        and not module.endswith("cli")
+    ]
+    assert not wrong, "command-line helpers outside the command modules:\n" + "\n".join(wrong)
+
+
 def test_no_import_circles() -> None:
     """At run time: a table module may name its bench's result types for annotations."""
     graph = _graph(run_time=True)
@@ -134,16 +150,36 @@ def test_no_import_circles() -> None:
     [
         "import outbox",
         "import outbox.sql, outbox.admin, outbox.metrics, outbox.producer, outbox.protocol",
-        "import outbox.topics_cli, outbox.sql.cli, outbox.settings_cli, outbox.cli_options",
     ],
 )
 def test_importing_the_core_loads_nothing_above_it(statement: str) -> None:
     """In a fresh interpreter: what a service gets when it imports the library."""
+    loaded = _loaded_by(statement)
+    above = [name for name in loaded if name.split(".")[0] in ABOVE_THE_CORE]
+    assert "outbox" in loaded
+    assert not above, f"`{statement}` imported {above}"
+
+
+def test_the_core_holds_no_command_line() -> None:
+    """The commands' modules live in ``outbox_cli``: a service's import of the library
+    gets neither typer nor rich."""
+    loaded = _loaded_by("import outbox, outbox.sql, outbox.admin, outbox.settings")
+    assert not [name for name in loaded if name.split(".")[0] in ("typer", "click", "rich")]
+
+
+def test_the_command_line_helpers_build_no_command_tree() -> None:
+    """The checker's and the sink's commands import ``outbox_cli``'s helpers: importing
+    them must not join the installed commands (which would import those modules halfway)."""
+    statement = "import outbox_cli.topics, outbox_cli.db, outbox_cli.settings_flags"
+    loaded = _loaded_by(statement)
+    above = [name for name in loaded if name.split(".")[0] in ABOVE_THE_CORE[:2]]
+    assert "outbox_cli.settings_flags" in loaded
+    assert not above, f"`{statement}` imported {above}"
+
+
+def _loaded_by(statement: str) -> list[str]:
     probe = f"{statement}; import json, sys; print(json.dumps(sorted(sys.modules)))"
     done = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
     )
-    loaded = json.loads(done.stdout)
-    above = [name for name in loaded if name.split(".")[0] in ABOVE_THE_CORE]
-    assert "outbox" in loaded
-    assert not above, f"`{statement}` imported {above}"
+    return json.loads(done.stdout)

@@ -233,7 +233,7 @@ def _checker_env(bootstrap: str, database_url: str | None) -> dict[str, str]:
     env = {
         "OUTBOX_BOOTSTRAP_SERVERS": bootstrap,
         "OUTBOX_TOPIC_PREFIX": PREFIX,
-        "OUTBOX_CONSUMER_GROUP": CHECKER_GROUP,
+        "OUTBOX_CHECKER_GROUP": CHECKER_GROUP,
         "OUTBOX_CHECK_INTERVAL_SECONDS": str(CHECK_INTERVAL_SECONDS),
         "OUTBOX_KAFKA_TRANSACTION_TIMEOUT_MS": "10000",
         "OUTBOX_KAFKA_PROPERTIES": json.dumps(CLIENT_TIMEOUTS),

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from outbox.durations import Seconds
 from outbox_devtools.kafka import KafkaRuntimeError, check_node_count
 
 
@@ -104,7 +105,7 @@ class ChaosSettings(BaseSettings):
         " instead of asking the producers",
     )
     partitions: int = Field(4, ge=1, description="partitions of the outbox and real topics")
-    settle_seconds: float = Field(
+    settle_seconds: Seconds = Field(
         240.0, gt=0, description="how long the checker and sink may take to settle after faults"
     )
     sink_format: Literal["parquet", "delta"] = Field(
