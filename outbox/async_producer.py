@@ -43,6 +43,7 @@ from outbox.producer import (
     Write,
     drive,
 )
+from outbox.serialization import SerializerLike
 from outbox.settings import ProducerSettings
 
 log = logging.getLogger(__name__)
@@ -102,6 +103,9 @@ class AsyncTransactionProducer:
     :meth:`start`) on the loop that will send: check-backs are answered there.
     """
 
+    _core_type: type[_LoopProducer] = _LoopProducer
+    """The threaded producer this one drives (its in-memory twin in :mod:`outbox.testing`)."""
+
     def __init__(
         self,
         group: str,
@@ -110,8 +114,18 @@ class AsyncTransactionProducer:
         check_executor: Executor | None = None,
         *,
         clock: Callable[[], float] = time.time,
+        key_serializer: SerializerLike | None = None,
+        value_serializer: SerializerLike | None = None,
     ) -> None:
-        self._core = _LoopProducer(group, listener, config, check_executor, clock=clock)
+        self._core = self._core_type(
+            group,
+            listener,
+            config,
+            check_executor,
+            clock=clock,
+            key_serializer=key_serializer,
+            value_serializer=value_serializer,
+        )
         self.group = group
         self.listener = listener
         self.config = self._core.config

@@ -70,6 +70,7 @@ from outbox.protocol import (
     new_transaction_id,
     validate_producer_group,
 )
+from outbox.serialization import Serialization, SerializerLike
 from outbox.settings import ProducerSettings
 from outbox.size_limits import SizeLimits
 from outbox.topic_catalog import TopicCatalog, TopicFacts
@@ -220,6 +221,8 @@ class TransactionProducer:
     """Sends messages whose publication is tied to a local transaction.
 
     Thread-safe: any number of threads may call :meth:`send_message_in_transaction`.
+    ``key_serializer`` / ``value_serializer`` turn typed keys and values into
+    bytes for their real topic before the half is written (:mod:`outbox.serialization`).
     """
 
     _awaits_listener = False
@@ -233,9 +236,12 @@ class TransactionProducer:
         check_executor: Executor | None = None,
         *,
         clock: Callable[[], float] = time.time,
+        key_serializer: SerializerLike | None = None,
+        value_serializer: SerializerLike | None = None,
     ) -> None:
         validate_producer_group(group)
         _require_listener(listener, awaited=self._awaits_listener)
+        self._serialization = Serialization(key_serializer, value_serializer)
         self.group = group
         self.listener = listener
         self._listener_checked: object = None
@@ -437,7 +443,7 @@ class TransactionProducer:
         """
         transaction_id = getattr(message, "transaction_id", None) or new_transaction_id()
         half = build_half(
-            message,
+            self._serialization.encoded(message),
             group=self.group,
             topics=self.topics,
             transaction_id=transaction_id,
