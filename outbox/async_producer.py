@@ -32,6 +32,7 @@ from types import TracebackType
 from typing import Any, Protocol, Self
 
 from outbox.acked_writer import AckedWriter, Acknowledgement, QueueFullError, not_acknowledged
+from outbox.caller_transaction import AsyncCallerTransaction
 from outbox.errors import OutboxError, ProducerNotStartedError
 from outbox.message import LocalTransactionState, Message, TransactionSendResult
 from outbox.producer import (
@@ -178,6 +179,13 @@ class AsyncTransactionProducer:
             return await drive(core._send_flow(message, arg), self._take)
         finally:
             core._release()
+
+    def transaction(self, message: Message) -> AsyncCallerTransaction:
+        """As :meth:`TransactionProducer.transaction`: ``async with``, ``await txn.join(session)``.
+
+        The session is an ``AsyncSession``; the listener an ``AsyncSqlTransactionListener``.
+        """
+        return AsyncCallerTransaction(self, message)
 
     def _take(self, step: Step) -> Any:
         """What ``step`` gives the flow: at once, or an awaitable the loop waits on."""

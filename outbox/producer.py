@@ -37,6 +37,7 @@ from outbox import metrics, tracing
 from outbox.access import connect, raise_if_group_refused
 from outbox.acked_writer import AckedWriter, Acknowledgement, wait_acknowledged
 from outbox.admin import TopicSpec, ensure_topics, read_topic_states
+from outbox.caller_transaction import CallerTransaction
 from outbox.check_responder import CheckResponder
 from outbox.config import settings_error
 from outbox.errors import (
@@ -382,6 +383,16 @@ class TransactionProducer:
             return self._run(self._send_flow(message, arg))
         finally:
             self._release()
+
+    def transaction(self, message: Message) -> CallerTransaction:
+        """The send with the caller's own database transaction as its local transaction.
+
+        ``with producer.transaction(message) as txn:`` writes the half on entry;
+        ``txn.join(session)`` puts the log row into the caller's SQLAlchemy
+        session; the decision follows what the database did with it
+        (:mod:`outbox.caller_transaction`). Needs a ``SqlTransactionListener``.
+        """
+        return CallerTransaction(self, message)
 
     def _admit(self) -> None:
         """Count a send as under way (shutdown waits for it), if the producer takes sends.
