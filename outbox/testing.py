@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from typing import Any, Self
@@ -43,7 +42,6 @@ from outbox.protocol import (
     real_record_of_half,
     validate_topic_name,
 )
-from outbox.serialization import SerializerLike
 from outbox.settings import ProducerSettings
 from outbox.size_limits import SizeLimits
 from outbox.topic_catalog import TopicFacts
@@ -322,7 +320,8 @@ def _settings(config: ProducerSettings | None) -> ProducerSettings:
 class InMemoryTransactionProducer(_InMemoryParts):
     """:class:`~outbox.producer.TransactionProducer` on an :class:`InMemoryBroker`.
 
-    The real producer's arguments, plus ``broker`` (a new one when left out);
+    The real producer's arguments (``options``: ``clock``, ``key_serializer``,
+    ``value_serializer``), plus ``broker`` (a new one when left out);
     ``config`` may be left out without any environment. Read what the service
     sent from ``producer.broker`` (``published(real_topic)``, ``records(topic)``).
     """
@@ -334,20 +333,10 @@ class InMemoryTransactionProducer(_InMemoryParts):
         config: ProducerSettings | None = None,
         check_executor: Executor | None = None,
         *,
-        clock: Callable[[], float] = time.time,
-        key_serializer: SerializerLike | None = None,
-        value_serializer: SerializerLike | None = None,
         broker: InMemoryBroker | None = None,
+        **options: Any,
     ) -> None:
-        super().__init__(
-            group,
-            listener,
-            _settings(config),
-            check_executor,
-            clock=clock,
-            key_serializer=key_serializer,
-            value_serializer=value_serializer,
-        )
+        super().__init__(group, listener, _settings(config), check_executor, **options)
         self._use_broker(broker)
 
 
@@ -371,20 +360,10 @@ class InMemoryAsyncTransactionProducer(AsyncTransactionProducer):
         config: ProducerSettings | None = None,
         check_executor: Executor | None = None,
         *,
-        clock: Callable[[], float] = time.time,
-        key_serializer: SerializerLike | None = None,
-        value_serializer: SerializerLike | None = None,
         broker: InMemoryBroker | None = None,
+        **options: Any,
     ) -> None:
-        super().__init__(
-            group,
-            listener,
-            _settings(config),
-            check_executor,
-            clock=clock,
-            key_serializer=key_serializer,
-            value_serializer=value_serializer,
-        )
+        super().__init__(group, listener, _settings(config), check_executor, **options)
         core: Any = self._core
         core._use_broker(broker)
         self.broker: InMemoryBroker = core.broker
