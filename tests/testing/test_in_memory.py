@@ -206,3 +206,35 @@ def test_the_fixture_is_registered_for_any_service(pytester: pytest.Pytester):
     )
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
+
+
+def test_the_callers_transaction_on_sqlite_needs_no_broker(tmp_path):
+    """``producer.transaction(...)`` on the double: a service's request handler, tested alone."""
+    import sqlalchemy as sa
+    from sqlalchemy.orm import Session, sessionmaker
+
+    from outbox.sql import SqlTransactionListener, create_engine, upgrade
+
+    engine = create_engine(f"sqlite:///{tmp_path / 'orders.db'}")
+    upgrade(engine)
+    listener = SqlTransactionListener(sessionmaker(engine), None, group="orders")
+    producer = InMemoryTransactionProducer("orders", listener).start()
+    try:
+        with pytest.raises(RuntimeError), producer.transaction(Message("orders", b"o-1")) as kept:
+            with Session(engine) as session, session.begin():
+                session.execute(sa.text("SELECT 1"))
+                kept.join(session)
+            raise RuntimeError("after the commit: the event is kept")
+        with producer.transaction(Message("orders", b"o-2")) as dropped, Session(engine) as session:
+            dropped.join(session)
+            session.rollback()
+        assert (kept.result.end_status, dropped.result.end_status) == (
+            EndStatus.COMMITTED,
+            EndStatus.ROLLED_BACK,
+        )
+        assert [r.value for r in producer.broker.published("orders")] == [b"o-1"]
+        # The check-back answers from the same log: the committed row is there.
+        assert listener.check_local_transaction(kept.message) is COMMIT
+    finally:
+        producer.shutdown()
+        engine.dispose()
