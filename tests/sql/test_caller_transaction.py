@@ -27,7 +27,7 @@ from outbox.protocol import RealRecord, Resolution
 from outbox.sql.joined import JoinError
 from tests.producer.conftest import ScriptedListener
 from tests.producer.test_check_back import ops_of, put_back_and_ask, wait_for
-from tests.sql.conftest import GROUP, Database, OutboxTopics
+from tests.sql.conftest import GROUP, Database, OutboxTopics, backend_killed_at_commit
 
 pytestmark = pytest.mark.kafka
 
@@ -298,43 +298,73 @@ def test_async_join_refuses_a_sync_session(async_database: Database, outbox_topi
 # ------------------------------------------------------------------ crash
 
 
-@pytest.mark.postgres
-def test_kill_between_the_commit_and_the_decision_is_resolved_from_the_log(
-    postgres_url: str, outbox_topics: OutboxTopics, relay
-):
+@pytest.fixture
+def pg_sync_database(postgres_url: str):
     from tests.sql.conftest import _database
 
-    for database in _database(postgres_url, "sync"):
-        child = subprocess.run(
-            [
-                sys.executable,
-                str(Path(__file__).with_name("caller_crash.py")),
-                outbox_topics.bootstrap,
-                outbox_topics.names.prefix,
-                outbox_topics.real_topic,
-                postgres_url,
-                database.target.table,
-                database.orders.name,
-            ],
-            cwd=REPO_ROOT,
-            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
-        (transaction_id,) = [
-            line.split()[1] for line in child.stdout.splitlines() if line.startswith("COMMITTED")
-        ]
-        # The database committed; the process died before its decision.
-        assert database.order_rows() == {"o-1": transaction_id}
+    yield from _database(postgres_url, "sync")
+
+
+@pytest.mark.postgres
+def test_kill_between_the_commit_and_the_decision_is_resolved_from_the_log(
+    postgres_url: str, pg_sync_database: Database, outbox_topics: OutboxTopics, relay
+):
+    database = pg_sync_database
+    child = subprocess.run(
+        [
+            sys.executable,
+            str(Path(__file__).with_name("caller_crash.py")),
+            outbox_topics.bootstrap,
+            outbox_topics.names.prefix,
+            outbox_topics.real_topic,
+            postgres_url,
+            database.target.table,
+            database.orders.name,
+        ],
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
+    (transaction_id,) = [
+        line.split()[1] for line in child.stdout.splitlines() if line.startswith("COMMITTED")
+    ]
+    # The database committed; the process died before its decision.
+    assert database.order_rows() == {"o-1": transaction_id}
+    assert ops_of(outbox_topics) == []
+    # Another producer of the group answers the check-back from the same log.
+    with TransactionProducer(GROUP, database.listener(), outbox_topics.settings()):
+        put_back_and_ask(outbox_topics)
+        wait_for(lambda: len(ops_of(outbox_topics)) == 1)
+    ((op),) = ops_of(outbox_topics)
+    assert (op.transaction_id, op.resolution) == (transaction_id, Resolution.COMMIT)
+    wait_for(lambda: len(events(outbox_topics)) == 1)
+    time.sleep(1)  # a second publication would show up by now
+    assert [e.transaction_id for e in events(outbox_topics)] == [transaction_id]
+
+
+@pytest.mark.postgres
+def test_a_commit_whose_connection_is_lost_is_left_to_the_check_back(
+    pg_sync_database: Database, outbox_topics: OutboxTopics
+):
+    """COMMIT sent, connection gone: maybe committed, so no decision; the log answers later."""
+    database = pg_sync_database
+    clock = [time.time()]
+    listener = database.listener(grace_seconds=30, clock=lambda: clock[0])
+    with TransactionProducer(GROUP, listener, outbox_topics.settings()) as producer:
+        with backend_killed_at_commit(database.engine, database.url) as terminated:
+            with pytest.raises(sa.exc.OperationalError):
+                with producer.transaction(message(outbox_topics)) as txn:
+                    with Session(database.engine) as session, session.begin():
+                        session.execute(order(database, txn))
+                        txn.join(session)
+        assert terminated, "the backend was not terminated before COMMIT"
+        assert txn.result.end_status is EndStatus.LEFT_UNKNOWN
         assert ops_of(outbox_topics) == []
-        # Another producer of the group answers the check-back from the same log.
-        with TransactionProducer(GROUP, database.listener(), outbox_topics.settings()):
-            put_back_and_ask(outbox_topics)
-            wait_for(lambda: len(ops_of(outbox_topics)) == 1)
-        ((op),) = ops_of(outbox_topics)
-        assert (op.transaction_id, op.resolution) == (transaction_id, Resolution.COMMIT)
-        wait_for(lambda: len(events(outbox_topics)) == 1)
-        time.sleep(1)  # a second publication would show up by now
-        assert [e.transaction_id for e in events(outbox_topics)] == [transaction_id]
+        # Here the server died before committing: no row; young, then past the grace.
+        assert database.log_rows() == {}
+        assert listener.check_local_transaction(txn.message) is UNKNOW
+        clock[0] += 31
+        assert listener.check_local_transaction(txn.message) is ROLLBACK
