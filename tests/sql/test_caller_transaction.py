@@ -3,8 +3,9 @@
 
 The decision follows the database, never the ``with`` block: what each way of
 ending the session's transaction writes on the op topic, and what the relay
-publishes. Sync on SQLite and PostgreSQL; the asyncio form on both through
-the async drivers; the kill between the commit and the decision on PostgreSQL.
+publishes. Sync on PostgreSQL (on SQLite: the in-memory producer's test); the
+asyncio form on both through the async drivers; the kill between the commit and
+the decision, and a COMMIT whose connection is lost, on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from tests.producer.test_check_back import ops_of, put_back_and_ask, wait_for
 from tests.sql.conftest import GROUP, Database, OutboxTopics, backend_killed_at_commit
 
 pytestmark = pytest.mark.kafka
+postgres = pytest.mark.postgres
 
 COMMIT = LocalTransactionState.COMMIT_MESSAGE
 ROLLBACK = LocalTransactionState.ROLLBACK_MESSAGE
@@ -76,10 +78,11 @@ def rolled_back(database: Database, topics: OutboxTopics, txn) -> None:
 
 
 @pytest.fixture
-def sync_database(database_url: str):
+def sync_database(postgres_url: str):
+    """PostgreSQL, the production database (SQLite: tests/testing and the asyncio tests here)."""
     from tests.sql.conftest import _database
 
-    yield from _database(database_url, "sync")
+    yield from _database(postgres_url, "sync")
 
 
 @pytest.fixture
@@ -88,6 +91,7 @@ def producer(sync_database: Database, outbox_topics: OutboxTopics):
         yield started
 
 
+@postgres
 def test_commit_of_the_callers_session_commits(sync_database, outbox_topics, relay, producer):
     with producer.transaction(message(outbox_topics)) as txn:
         assert txn.message.half_offset is not None  # the half is written on entry
@@ -97,6 +101,7 @@ def test_commit_of_the_callers_session_commits(sync_database, outbox_topics, rel
     committed_and_published(sync_database, outbox_topics, txn)
 
 
+@postgres
 def test_an_error_after_the_commit_still_commits(sync_database, outbox_topics, relay, producer):
     with pytest.raises(Boom):
         with producer.transaction(message(outbox_topics)) as txn:
@@ -107,6 +112,7 @@ def test_an_error_after_the_commit_still_commits(sync_database, outbox_topics, r
     committed_and_published(sync_database, outbox_topics, txn)
 
 
+@postgres
 def test_a_session_rolled_back_rolls_back(sync_database, outbox_topics, producer):
     with pytest.raises(Boom):
         with producer.transaction(message(outbox_topics)) as txn:
@@ -117,6 +123,7 @@ def test_a_session_rolled_back_rolls_back(sync_database, outbox_topics, producer
     rolled_back(sync_database, outbox_topics, txn)
 
 
+@postgres
 def test_a_rollback_without_an_error_rolls_back(sync_database, outbox_topics, producer):
     with producer.transaction(message(outbox_topics)) as txn:
         with Session(sync_database.engine) as session:
@@ -126,6 +133,7 @@ def test_a_rollback_without_an_error_rolls_back(sync_database, outbox_topics, pr
     rolled_back(sync_database, outbox_topics, txn)
 
 
+@postgres
 def test_a_flush_failing_at_commit_rolls_back(sync_database, outbox_topics, producer):
     """A duplicate key found by the commit's flush: no COMMIT was sent, so ROLLBACK, not unknown."""
     with Session(sync_database.engine) as session, session.begin():
@@ -141,6 +149,7 @@ def test_a_flush_failing_at_commit_rolls_back(sync_database, outbox_topics, prod
     assert sync_database.log_rows() == {}
 
 
+@postgres
 def test_a_savepoint_rolled_back_does_not_decide(sync_database, outbox_topics, producer):
     with producer.transaction(message(outbox_topics)) as txn:
         with Session(sync_database.engine) as session, session.begin():
@@ -154,6 +163,7 @@ def test_a_savepoint_rolled_back_does_not_decide(sync_database, outbox_topics, p
     assert decided(outbox_topics, txn) == [Resolution.COMMIT]
 
 
+@postgres
 def test_a_block_that_never_joins_rolls_back(sync_database, outbox_topics, producer):
     with producer.transaction(message(outbox_topics)) as txn:
         pass
@@ -161,6 +171,7 @@ def test_a_block_that_never_joins_rolls_back(sync_database, outbox_topics, produ
     assert decided(outbox_topics, txn) == [Resolution.ROLLBACK]
 
 
+@postgres
 def test_a_session_still_open_is_left_to_the_check_back_from_the_same_log(
     sync_database, outbox_topics, relay, producer
 ):
@@ -178,6 +189,7 @@ def test_a_session_still_open_is_left_to_the_check_back_from_the_same_log(
     wait_for(lambda: len(events(outbox_topics)) == 1)
 
 
+@postgres
 def test_bad_use_is_refused_in_one_line(sync_database, outbox_topics, producer):
     txn = producer.transaction(message(outbox_topics))
     with pytest.raises(CallerTransactionError, match=r"inside the `with producer\.transaction"):
@@ -238,7 +250,7 @@ def async_database(database_url: str):
     yield from _database(database_url, "async")
 
 
-@pytest.mark.parametrize("after", ["commit", "error after commit", "rollback"])
+@pytest.mark.parametrize("after", ["error after commit", "rollback"])
 def test_async_with_an_async_session(async_database: Database, outbox_topics, relay, after):
     engine, loop = async_database._async_parts()
     producer = async_database.producer(async_database.listener(), outbox_topics.settings())
