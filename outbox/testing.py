@@ -38,6 +38,7 @@ from outbox.protocol import (
     RawRecord,
     RecordKind,
     Resolution,
+    TopicNames,
     half_partition_for,
     real_record_of_half,
     validate_topic_name,
@@ -202,8 +203,8 @@ class InMemoryBroker:
 
 
 def _half_topic_of(op_topic: str) -> str:
-    """``<prefix>.half`` of ``<prefix>.op`` (the relay pairs them by prefix)."""
-    return op_topic[: -len("op")] + "half"
+    """The half topic paired with ``op_topic`` (the same prefix)."""
+    return TopicNames(op_topic.removesuffix(".op")).half
 
 
 class _MemoryCatalog:
