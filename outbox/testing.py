@@ -27,7 +27,13 @@ from confluent_kafka import KafkaError
 
 from outbox.acked_writer import Acknowledgement
 from outbox.async_producer import AsyncTransactionListener, AsyncTransactionProducer, _LoopProducer
-from outbox.errors import ConfigurationError, InvalidMessageError, OutboxError, ProducerClosedError
+from outbox.errors import (
+    ConfigurationError,
+    InvalidMessageError,
+    OutboxError,
+    ProducerClosedError,
+    ProducerNotStartedError,
+)
 from outbox.message import LocalTransactionState
 from outbox.producer import TransactionListener, TransactionProducer
 from outbox.protocol import (
@@ -296,8 +302,10 @@ class _InMemoryParts(TransactionProducer):
         Returns each asked transaction's state after its answer: COMMIT_MESSAGE,
         ROLLBACK_MESSAGE, or UNKNOW when it is still undecided.
         """
-        if not self._started or self._closed:
-            raise ProducerClosedError("check_back needs a started producer that is not shut down")
+        if self._closed:
+            raise ProducerClosedError("this producer was shut down; check_back needs a running one")
+        if not self._started:
+            raise ProducerNotStartedError("call start() before check_back()")
         states: dict[str, LocalTransactionState] = {}
         for raw in self.broker.undecided(self.topics.half, transaction_id):
             half = HalfRecord.from_record(raw)

@@ -18,6 +18,8 @@ from outbox import (
     ListenerMissingError,
     LocalTransactionState,
     Message,
+    ProducerClosedError,
+    ProducerNotStartedError,
     ProducerSettings,
 )
 from outbox.errors import ConfigurationError, EndTransactionError
@@ -175,6 +177,34 @@ def test_bad_producer_arguments(producer_class):
         producer_class("g", _async_or_sync(producer_class), broker="localhost:9092")
     with pytest.raises(ConfigurationError, match="value_serializer must be"):
         producer_class("g", _async_or_sync(producer_class), value_serializer="json")
+
+
+def test_check_back_and_transaction_need_a_running_producer(world: MemoryWorld):
+    producer = world.unstarted(ScriptedListener())
+    with pytest.raises(ProducerNotStartedError, match="start"):
+        producer.check_back()
+    with pytest.raises(ProducerNotStartedError, match="start"):
+        _enter(producer)
+    producer.start()
+    producer.shutdown()
+    with pytest.raises(ProducerClosedError, match="shut down"):
+        producer.check_back()
+    with pytest.raises(ProducerClosedError, match="shut down"):
+        _enter(producer)
+
+
+def _enter(producer: Any) -> None:
+    """Enter ``producer.transaction(...)`` as its kind does (``with`` or ``async with``)."""
+    if isinstance(producer, OnLoop):
+
+        async def enter() -> None:
+            async with producer.producer.transaction(Message(REAL_TOPIC, b"v")):
+                pytest.fail("the block must not run")
+
+        producer.loop.run(enter())
+        return
+    with producer.transaction(Message(REAL_TOPIC, b"v")):
+        pytest.fail("the block must not run")
 
 
 def _async_or_sync(producer_class: type) -> Any:
