@@ -282,3 +282,20 @@ def run_lifecycle(make_unstarted: Callable[[], Any], real_topic: str) -> None:
     with pytest.raises(ProducerClosedError, match="shut down"):
         producer.send_message_in_transaction(Message(real_topic, b"v"), COMMIT)
     assert listener.executed == []
+
+
+class ScenarioTable:
+    """The table's tests, for a test class of a module that defines the ``world`` fixture."""
+
+    @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
+    def test_scenario(self, world: World, scenario: Scenario) -> None:
+        run_scenario(world, scenario)
+
+    def test_bad_messages(self, world: World) -> None:
+        run_bad_messages(world)
+
+    def test_bad_serializers(self, world: World) -> None:
+        run_bad_serializers(world)
+
+    def test_lifecycle(self, world: Any) -> None:
+        run_lifecycle(world.unstarted, world.real_topic)

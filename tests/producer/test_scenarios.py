@@ -84,18 +84,5 @@ def world(outbox_topics, producer_type, relay):
     made.close()
 
 
-@pytest.mark.parametrize("scenario", scenarios.SCENARIOS, ids=lambda s: s.name)
-def test_scenario(world: RealWorld, scenario: scenarios.Scenario):
-    scenarios.run_scenario(world, scenario)
-
-
-def test_bad_messages(world: RealWorld):
-    scenarios.run_bad_messages(world)
-
-
-def test_bad_serializers(world: RealWorld):
-    scenarios.run_bad_serializers(world)
-
-
-def test_lifecycle(world: RealWorld):
-    scenarios.run_lifecycle(world.unstarted, world.real_topic)
+class TestScenarioTable(scenarios.ScenarioTable):
+    """The shared rows, on this module's ``world``."""

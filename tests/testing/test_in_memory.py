@@ -90,21 +90,8 @@ def world(request: pytest.FixtureRequest):
     made.close()
 
 
-@pytest.mark.parametrize("scenario", scenarios.SCENARIOS, ids=lambda s: s.name)
-def test_scenario(world: MemoryWorld, scenario: scenarios.Scenario):
-    scenarios.run_scenario(world, scenario)
-
-
-def test_bad_messages(world: MemoryWorld):
-    scenarios.run_bad_messages(world)
-
-
-def test_bad_serializers(world: MemoryWorld):
-    scenarios.run_bad_serializers(world)
-
-
-def test_lifecycle(world: MemoryWorld):
-    scenarios.run_lifecycle(world.unstarted, world.real_topic)
+class TestScenarioTable(scenarios.ScenarioTable):
+    """The shared rows, on this module's ``world``."""
 
 
 # ---------------------------------------------------------------------- the double's own
