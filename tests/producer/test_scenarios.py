@@ -15,7 +15,7 @@ from confluent_kafka import Consumer, TopicPartition
 from outbox import ProducerSettings
 from outbox.protocol import OpRecord, RawRecord
 from tests.producer import scenarios
-from tests.producer.conftest import OutboxTopics, ProducerType, ScriptedListener
+from tests.producer.conftest import HALF_PARTITIONS, OutboxTopics, ProducerType, ScriptedListener
 from tests.producer.test_check_back import put_back_and_ask, wait_for
 
 pytestmark = pytest.mark.kafka
@@ -56,7 +56,7 @@ class RealWorld:
             {**self.topics.client_config, "group.id": f"{self.names.prefix}.checker.relay"}
         )
         try:
-            partitions = [TopicPartition(self.names.op, p) for p in range(3)]
+            partitions = [TopicPartition(self.names.op, p) for p in range(HALF_PARTITIONS)]
             committed = consumer.committed(partitions, timeout=10)
             for position in committed:
                 _, high = consumer.get_watermark_offsets(position, timeout=10)
