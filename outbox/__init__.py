@@ -7,6 +7,7 @@ shared by every component is in :mod:`outbox.protocol`.
 from importlib.metadata import PackageNotFoundError, version
 
 from outbox.async_producer import AsyncTransactionListener, AsyncTransactionProducer
+from outbox.caller_transaction import CallerTransactionError
 from outbox.errors import (
     EndTransactionError,
     HalfWriteError,
@@ -28,6 +29,7 @@ from outbox.message import (
     TransactionSendResult,
 )
 from outbox.producer import TransactionListener, TransactionProducer
+from outbox.serialization import MessageSerializationError
 from outbox.settings import ProducerSettings
 
 try:
@@ -38,6 +40,7 @@ except PackageNotFoundError:  # a source tree on sys.path, never installed
 __all__ = [
     "AsyncTransactionListener",
     "AsyncTransactionProducer",
+    "CallerTransactionError",
     "EndStatus",
     "EndTransactionError",
     "HalfWriteError",
@@ -47,6 +50,7 @@ __all__ = [
     "ListenerMissingError",
     "LocalTransactionState",
     "Message",
+    "MessageSerializationError",
     "MessageTooLargeError",
     "OutboxError",
     "ProducerClosedError",

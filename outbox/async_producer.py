@@ -32,6 +32,7 @@ from types import TracebackType
 from typing import Any, Protocol, Self
 
 from outbox.acked_writer import AckedWriter, Acknowledgement, QueueFullError, not_acknowledged
+from outbox.caller_transaction import AsyncCallerTransaction
 from outbox.errors import OutboxError, ProducerNotStartedError
 from outbox.message import LocalTransactionState, Message, TransactionSendResult
 from outbox.producer import (
@@ -43,6 +44,7 @@ from outbox.producer import (
     Write,
     drive,
 )
+from outbox.serialization import SerializerLike
 from outbox.settings import ProducerSettings
 
 log = logging.getLogger(__name__)
@@ -102,6 +104,9 @@ class AsyncTransactionProducer:
     :meth:`start`) on the loop that will send: check-backs are answered there.
     """
 
+    _core_type: type[_LoopProducer] = _LoopProducer
+    """The threaded producer this one drives (its in-memory twin in :mod:`outbox.testing`)."""
+
     def __init__(
         self,
         group: str,
@@ -110,8 +115,18 @@ class AsyncTransactionProducer:
         check_executor: Executor | None = None,
         *,
         clock: Callable[[], float] = time.time,
+        key_serializer: SerializerLike | None = None,
+        value_serializer: SerializerLike | None = None,
     ) -> None:
-        self._core = _LoopProducer(group, listener, config, check_executor, clock=clock)
+        self._core = self._core_type(
+            group,
+            listener,
+            config,
+            check_executor,
+            clock=clock,
+            key_serializer=key_serializer,
+            value_serializer=value_serializer,
+        )
         self.group = group
         self.listener = listener
         self.config = self._core.config
@@ -164,6 +179,13 @@ class AsyncTransactionProducer:
             return await drive(core._send_flow(message, arg), self._take)
         finally:
             core._release()
+
+    def transaction(self, message: Message) -> AsyncCallerTransaction:
+        """As :meth:`TransactionProducer.transaction`: ``async with``, ``await txn.join(session)``.
+
+        The session is an ``AsyncSession``; the listener an ``AsyncSqlTransactionListener``.
+        """
+        return AsyncCallerTransaction(self, message)
 
     def _take(self, step: Step) -> Any:
         """What ``step`` gives the flow: at once, or an awaitable the loop waits on."""

@@ -37,6 +37,7 @@ from outbox import metrics, tracing
 from outbox.access import connect, raise_if_group_refused
 from outbox.acked_writer import AckedWriter, Acknowledgement, wait_acknowledged
 from outbox.admin import TopicSpec, ensure_topics, read_topic_states
+from outbox.caller_transaction import CallerTransaction
 from outbox.check_responder import CheckResponder
 from outbox.config import settings_error
 from outbox.errors import (
@@ -70,6 +71,7 @@ from outbox.protocol import (
     new_transaction_id,
     validate_producer_group,
 )
+from outbox.serialization import Serialization, SerializerLike
 from outbox.settings import ProducerSettings
 from outbox.size_limits import SizeLimits
 from outbox.topic_catalog import TopicCatalog, TopicFacts
@@ -220,6 +222,8 @@ class TransactionProducer:
     """Sends messages whose publication is tied to a local transaction.
 
     Thread-safe: any number of threads may call :meth:`send_message_in_transaction`.
+    ``key_serializer`` / ``value_serializer`` turn typed keys and values into
+    bytes for their real topic before the half is written (:mod:`outbox.serialization`).
     """
 
     _awaits_listener = False
@@ -233,9 +237,12 @@ class TransactionProducer:
         check_executor: Executor | None = None,
         *,
         clock: Callable[[], float] = time.time,
+        key_serializer: SerializerLike | None = None,
+        value_serializer: SerializerLike | None = None,
     ) -> None:
         validate_producer_group(group)
         _require_listener(listener, awaited=self._awaits_listener)
+        self._serialization = Serialization(key_serializer, value_serializer)
         self.group = group
         self.listener = listener
         self._listener_checked: object = None
@@ -377,6 +384,16 @@ class TransactionProducer:
         finally:
             self._release()
 
+    def transaction(self, message: Message) -> CallerTransaction:
+        """The send with the caller's own database transaction as its local transaction.
+
+        ``with producer.transaction(message) as txn:`` writes the half on entry;
+        ``txn.join(session)`` puts the log row into the caller's SQLAlchemy
+        session; the decision follows what the database did with it
+        (:mod:`outbox.caller_transaction`). Needs a ``SqlTransactionListener``.
+        """
+        return CallerTransaction(self, message)
+
     def _admit(self) -> None:
         """Count a send as under way (shutdown waits for it), if the producer takes sends.
 
@@ -437,7 +454,7 @@ class TransactionProducer:
         """
         transaction_id = getattr(message, "transaction_id", None) or new_transaction_id()
         half = build_half(
-            message,
+            self._serialization.encoded(message),
             group=self.group,
             topics=self.topics,
             transaction_id=transaction_id,

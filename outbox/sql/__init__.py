@@ -32,6 +32,7 @@ _EXPORTS = {
     "MigrationError": "errors",
     "TransactionLogError": "errors",
     "TransactionLogMissingError": "errors",
+    "JoinError": "joined",
     "DEFAULT_GRACE_SECONDS": "listener",
     "BusinessFunction": "listener",
     "SqlTransactionListener": "listener",
@@ -60,6 +61,7 @@ __all__ = [
     "BusinessFunction",
     "CommitOutcomeUnknownError",
     "DatabaseUnavailableError",
+    "JoinError",
     "LocalTransactionMisuseError",
     "LocalTransactionRolledBackByCheckError",
     "LocalTransactionTooSlowError",
@@ -101,6 +103,7 @@ if TYPE_CHECKING:
         TransactionLogError,
         TransactionLogMissingError,
     )
+    from outbox.sql.joined import JoinError
     from outbox.sql.listener import (
         DEFAULT_GRACE_SECONDS,
         BusinessFunction,
