@@ -30,6 +30,7 @@ import typer
 
 import outbox
 from outbox_cli.errors import PlainErrorsGroup, run_program
+from outbox_cli.help_layout import fold_long_names
 
 COMMANDS_GROUP = "kafka_outbox.commands"
 
@@ -79,6 +80,7 @@ def build_app(entries: Iterable[EntryPoint] | None = None) -> typer.Typer:
     Two packages claiming one name, or an entry that adds another name than its
     own, is an error at start-up rather than one command silently hiding the other.
     """
+    fold_long_names()
     app = typer.Typer(
         name="outbox",
         help="Transactional outbox on Kafka: topics, checker, sink, and the installed tooling.",
