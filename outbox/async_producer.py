@@ -34,15 +34,8 @@ from typing import Any, Protocol, Self
 from outbox.acked_writer import AckedWriter, Acknowledgement, QueueFullError, not_acknowledged
 from outbox.errors import OutboxError, ProducerNotStartedError
 from outbox.message import LocalTransactionState, Message, TransactionSendResult
-from outbox.producer import (
-    FittingHalf,
-    LocalTransaction,
-    Step,
-    TopicLookup,
-    TransactionProducer,
-    Write,
-    drive,
-)
+from outbox.producer import TransactionProducer
+from outbox.send_flow import FittingHalf, LocalTransaction, Step, TopicLookup, Write, drive
 from outbox.settings import ProducerSettings
 
 log = logging.getLogger(__name__)

@@ -20,14 +20,12 @@ import inspect
 import logging
 import threading
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from contextvars import ContextVar
-from dataclasses import dataclass
-from inspect import isawaitable
 from types import TracebackType
-from typing import Any, Protocol, Self, TypeAlias, TypeVar
+from typing import Any, Protocol, Self, TypeVar
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
@@ -70,12 +68,22 @@ from outbox.protocol import (
     new_transaction_id,
     validate_producer_group,
 )
+from outbox.send_flow import (
+    FittingHalf,
+    Flow,
+    LocalTransaction,
+    Step,
+    TopicLookup,
+    Write,
+    run_blocking,
+)
 from outbox.settings import ProducerSettings
 from outbox.size_limits import SizeLimits
 from outbox.topic_catalog import TopicCatalog, TopicFacts
 from outbox.validation import build_half
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 
 class TransactionListener(Protocol):
@@ -92,100 +100,6 @@ class TransactionListener(Protocol):
     def check_local_transaction(self, message: Message) -> LocalTransactionState:
         """Say whether the local transaction of ``message`` committed (check-back)."""
         ...
-
-
-@dataclass(slots=True)
-class TopicLookup:
-    """Step: the facts of ``topic`` (cached after the first send to it)."""
-
-    topic: str
-
-
-@dataclass(slots=True)
-class FittingHalf:
-    """Step: the half's record, refused if any record it becomes would not fit its topic.
-
-    Needs the limits of the topics the half's records go to (cached after the first).
-    """
-
-    half: HalfRecord
-    half_partition: int
-
-
-@dataclass(slots=True)
-class Write:
-    """Step: hand ``record`` to the client and wait for its acknowledgement until ``deadline``.
-
-    The flow gets the record's (partition, offset); with ``wait=False`` (a
-    oneway op) its :class:`~outbox.acked_writer.Acknowledgement` at once instead.
-    """
-
-    record: OutgoingRecord
-    failure: type[OutboxError]
-    timeout: float
-    deadline: float
-    """``time.monotonic()`` by which the record must be acknowledged."""
-    wait: bool = True
-
-
-@dataclass(slots=True)
-class LocalTransaction:
-    """Step: the listener's ``execute_local_transaction(message, arg)``, its answer or error."""
-
-    message: Message
-    arg: Any
-
-
-Step: TypeAlias = TopicLookup | FittingHalf | Write | LocalTransaction
-_T = TypeVar("_T")
-Flow: TypeAlias = Generator[Step, Any, _T]
-"""A send (or an end) as the steps it waits on, for a driver to carry out."""
-
-
-async def drive(flow: Flow[_T], take: Callable[[Step], Any]) -> _T:
-    """Carry out ``flow``: hand each step's outcome back to it, or the error taking it raised.
-
-    ``take`` returns the outcome, or an awaitable of it (awaited here): an
-    event loop's ``take`` returns the futures it waits on, so the loop runs on
-    meanwhile. A thread carries out a flow with :func:`run_blocking` instead.
-    """
-    try:
-        step = next(flow)
-        while True:
-            try:
-                outcome = take(step)
-                if isawaitable(outcome):
-                    outcome = await outcome
-            except Exception as exc:
-                step = flow.throw(exc)
-            else:
-                step = flow.send(outcome)
-    except StopIteration as finished:
-        return finished.value  # type: ignore[no-any-return]
-    finally:
-        flow.close()
-
-
-def run_blocking(flow: Flow[_T], take: Callable[[Step], Any]) -> _T:
-    """Carry out ``flow`` in this thread, ``take`` blocking until each step's outcome is there.
-
-    :func:`drive` without its coroutine and its awaitable test per step, which
-    were a tenth of a thread's send; the two must hand outcomes and errors back
-    to the flow alike.
-    """
-    try:
-        step = next(flow)
-        while True:
-            try:
-                outcome = take(step)
-            except Exception as exc:
-                step = flow.throw(exc)
-            else:
-                step = flow.send(outcome)
-    except StopIteration as finished:
-        return finished.value  # type: ignore[no-any-return]
-    finally:
-        flow.close()
 
 
 _RESOLUTIONS = {
