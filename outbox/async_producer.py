@@ -31,8 +31,8 @@ from functools import partial
 from types import TracebackType
 from typing import Any, Protocol, Self
 
-from outbox.acked_writer import AckedWriter, Acknowledgement, QueueFullError, not_acknowledged
-from outbox.errors import OutboxError, ProducerNotStartedError
+from outbox.acked_writer import AckedWriter, Acknowledgement, not_acknowledged
+from outbox.errors import OutboxError, ProducerNotStartedError, QueueFullError
 from outbox.message import LocalTransactionState, Message, TransactionSendResult
 from outbox.producer import TransactionProducer
 from outbox.send_flow import FittingHalf, LocalTransaction, Step, TopicLookup, Write, drive
