@@ -20,17 +20,19 @@ import pytest
 
 REPO = Path(__file__).parents[2]
 
-# Each top-level package of the repository and the packages it may import.
-# The Alembic scripts (migrations) are the SQL listener's schema: one floor with the core.
+# Each top-level package of the repository and the packages it may import. The
+# Alembic scripts (the folder migrations/, installed as outbox_migrations) are the SQL
+# listener's schema: one floor with the core, which finds them by that unique name.
 MAY_IMPORT: dict[str, set[str]] = {
-    "outbox": {"outbox", "migrations"},
-    "migrations": {"migrations", "outbox"},
+    "outbox": {"outbox", "outbox_migrations"},
+    "outbox_migrations": {"outbox"},
     "checker": {"checker", "outbox"},
     "spark_sink": {"spark_sink", "outbox"},
     "outbox_cli": {"outbox_cli", "outbox"},
 }
 ABOVE_THE_CORE = ("checker", "spark_sink", "outbox_cli", "outbox_devtools", "bench", "tests")
 PACKAGE_DIRS = {name: REPO / name for name in MAY_IMPORT} | {
+    "outbox_migrations": REPO / "migrations",
     "outbox_devtools": REPO / "devtools" / "outbox_devtools",
     "bench": REPO / "bench",
 }
