@@ -58,6 +58,7 @@ from checker.half_lookup import HalfLookup
 from checker.kafka_reader import TopicCursor, end_offsets, watermarks
 from checker.membership import Fences, group_consumer_config, is_instance_fenced
 from checker.settings import CHECKER_DEFAULTS, CheckerSettings
+from checker.silence import SilenceWatch, close_in_background
 from checker.watchdog import StuckError, call_with_deadline
 from outbox.access import is_authorization_failure, principal_of
 from outbox.acked_writer import produce_when_room
@@ -80,7 +81,6 @@ from outbox.protocol import (
     real_record_of_half,
 )
 from outbox.protocol.headers import int_header, text_header
-from outbox.silence import SilenceWatch, close_in_background
 from outbox.size_limits import CHECKER_MESSAGE_MAX_BYTES, SizeLimits
 from outbox.topic_catalog import TopicCatalog
 
@@ -509,7 +509,7 @@ class Relay:
         """Nothing to read: fine, unless committed decisions wait past what was read.
 
         After a broker freeze a librdkafka consumer can stay silent for good
-        (:mod:`outbox.silence`). Idle while an op partition's committed end
+        (:mod:`checker.silence`). Idle while an op partition's committed end
         lies beyond this relay's position, the consumer is replaced; the group
         hands the partitions to the new one, which resumes from the committed
         offsets.

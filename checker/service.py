@@ -30,6 +30,7 @@ from checker.relay import Relay, RelaySettings, relay_group, relay_transactional
 from checker.round_writer import FencedError, RoundWriter, decode_checkpoint
 from checker.rules import RoundRules, iter_round
 from checker.settings import CheckerSettings
+from checker.silence import close_in_background
 from outbox.access import connect, is_authorization_failure
 from outbox.admin import TopicSpec, ensure_topics
 from outbox.errors import (
@@ -39,7 +40,6 @@ from outbox.errors import (
     TopicAdminError,
 )
 from outbox.protocol import HalfRecord, OutgoingRecord
-from outbox.silence import close_in_background
 from outbox.topic_catalog import TopicCatalog
 
 log = logging.getLogger(__name__)
