@@ -34,7 +34,7 @@ from typing import Any, Protocol, Self
 from outbox.acked_writer import AckedWriter, Acknowledgement, not_acknowledged
 from outbox.errors import OutboxError, ProducerNotStartedError, QueueFullError
 from outbox.message import LocalTransactionState, Message, TransactionSendResult
-from outbox.producer import TransactionProducer
+from outbox.producer import TransactionProducer, chosen_settings
 from outbox.send_flow import FittingHalf, LocalTransaction, Step, TopicLookup, Write, drive
 from outbox.settings import ProducerSettings
 
@@ -73,7 +73,7 @@ class _LoopProducer(TransactionProducer):
         )
         # Past the request's time to live the checker has asked again, so a
         # later answer is worth nothing; the thread is freed for the next one.
-        ttl = self.config.check_request_ttl_seconds
+        ttl = self.settings.check_request_ttl_seconds
         try:
             return answer.result(ttl)
         except TimeoutError:
@@ -99,16 +99,23 @@ class AsyncTransactionProducer:
         self,
         group: str,
         listener: AsyncTransactionListener,
-        config: ProducerSettings | None = None,
+        settings: ProducerSettings | None = None,
         check_executor: Executor | None = None,
         *,
+        config: ProducerSettings | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._core = _LoopProducer(group, listener, config, check_executor, clock=clock)
+        settings = chosen_settings(settings, config)
+        self._core = _LoopProducer(group, listener, settings, check_executor, clock=clock)
         self.group = group
         self.listener = listener
-        self.config = self._core.config
+        self.settings = settings
         self.topics = self._core.topics
+
+    @property
+    def config(self) -> ProducerSettings:
+        """:attr:`settings` under its former name."""
+        return self.settings
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -20,6 +20,7 @@ import inspect
 import logging
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import AbstractContextManager
@@ -38,6 +39,7 @@ from outbox.admin import TopicSpec, ensure_topics, read_topic_states
 from outbox.check_responder import CheckResponder
 from outbox.config import settings_error
 from outbox.errors import (
+    ConfigurationError,
     EndTransactionError,
     HalfWriteError,
     InvalidMessageError,
@@ -143,9 +145,10 @@ class TransactionProducer:
         self,
         group: str,
         listener: TransactionListener,
-        config: ProducerSettings | None = None,
+        settings: ProducerSettings | None = None,
         check_executor: Executor | None = None,
         *,
+        config: ProducerSettings | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         validate_producer_group(group)
@@ -153,12 +156,12 @@ class TransactionProducer:
         self.group = group
         self.listener = listener
         self._listener_checked: object = None
-        self.config = config if config is not None else _settings_from_env()
-        self.topics = self.config.topics
+        self.settings = chosen_settings(settings, config)
+        self.topics = self.settings.topics
         self._clock = clock
         self._own_executor = check_executor is None
         self._check_executor = check_executor or ThreadPoolExecutor(
-            self.config.check_threads, thread_name_prefix=f"outbox-check-{group}"
+            self.settings.check_threads, thread_name_prefix=f"outbox-check-{group}"
         )
         self._state_lock = threading.Condition()
         self._started = False
@@ -171,6 +174,11 @@ class TransactionProducer:
         self._responder: CheckResponder | None = None
         self._metrics = metrics.GroupMetrics(group)
 
+    @property
+    def config(self) -> ProducerSettings:
+        """:attr:`settings` under its former name."""
+        return self.settings
+
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> Self:
@@ -180,14 +188,14 @@ class TransactionProducer:
                 raise ProducerClosedError("this producer was shut down; create a new one")
             if self._started:
                 return self
-        timeout = self.config.start_timeout_seconds
-        client_config = self.config.client_config()
-        admin = connect(client_config, self.config, self.config.bootstrap_servers, timeout)
+        timeout = self.settings.start_timeout_seconds
+        client_config = self.settings.client_config()
+        admin = connect(client_config, self.settings, self.settings.bootstrap_servers, timeout)
         try:
             self._inspect_topics(admin, timeout)
         except NotAuthorizedError as exc:
-            raise exc.by(self.config.principal) from None
-        self._catalog = TopicCatalog(admin, timeout, self.config.principal)
+            raise exc.by(self.settings.principal) from None
+        self._catalog = TopicCatalog(admin, timeout, self.settings.principal)
         self._limits = SizeLimits(self._catalog, client_config)
         try:
             self._writer = AckedWriter(client_config)
@@ -198,8 +206,8 @@ class TransactionProducer:
                 producer_group=self.group,
                 answer=self._answer_check,
                 executor=self._check_executor,
-                capacity=self.config.check_threads + self.config.check_queue_size,
-                ttl_ms=self.config.check_request_ttl_seconds * 1000,
+                capacity=self.settings.check_threads + self.settings.check_queue_size,
+                ttl_ms=self.settings.check_request_ttl_seconds * 1000,
                 now_ms=self._now_ms,
             )
             self._responder.start()
@@ -398,7 +406,7 @@ class TransactionProducer:
     def _write(
         self, record: OutgoingRecord, failure: type[OutboxError], wait: bool = True
     ) -> Write:
-        timeout = self.config.send_timeout_seconds
+        timeout = self.settings.send_timeout_seconds
         return Write(record, failure, timeout, time.monotonic() + timeout, wait)
 
     def _local_transaction(
@@ -496,7 +504,7 @@ class TransactionProducer:
             origin_offset=origin_offset,
         )
         started = time.monotonic()
-        oneway = origin == "send" and self.config.end_oneway
+        oneway = origin == "send" and self.settings.end_oneway
         try:
             written = yield self._write(op.to_record(self.topics), EndTransactionError, not oneway)
         except EndTransactionError as exc:
@@ -513,9 +521,9 @@ class TransactionProducer:
 
     def _seconds_left_to_end(self, half: HalfRecord) -> float:
         """Time left before RocketMQ 5.1.1 would refuse this producer's own end."""
-        window = max(float(half.immunity_seconds or 0), self.config.transaction_timeout_seconds)
+        window = max(float(half.immunity_seconds or 0), self.settings.transaction_timeout_seconds)
         age = self._clock() - half.born_ms / 1000
-        return window - self.config.late_end_margin_seconds - age
+        return window - self.settings.late_end_margin_seconds - age
 
     def _answer_check(self, request: CheckRequest) -> None:
         """Run on the check executor: ask the listener, write its answer as an op on the copy.
@@ -667,7 +675,22 @@ def _child_span(
     return tracing.span(name, attributes=attributes)
 
 
-def _settings_from_env() -> ProducerSettings:
+def chosen_settings(
+    settings: ProducerSettings | None, config: ProducerSettings | None
+) -> ProducerSettings:
+    """The producer's settings: ``settings``, or ``config`` (its former name, still
+    accepted with a ``DeprecationWarning``), else read from the environment."""
+    if config is not None:
+        if settings is not None:
+            raise ConfigurationError("give settings= only: config= is its former name")
+        warnings.warn(
+            "the producer's config= parameter is now settings=",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        settings = config
+    if settings is not None:
+        return settings
     try:
         return ProducerSettings()  # type: ignore[call-arg]
     except ValidationError as exc:
