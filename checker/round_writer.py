@@ -20,7 +20,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from checker.rules import Discard, HalfEntry, RoundChunk
-from outbox.errors import KafkaUnavailableError
+from outbox.errors import KafkaUnavailableError, OutboxError
 from outbox.protocol import (
     CheckRequest,
     DiscardReason,
@@ -52,7 +52,7 @@ def decode_checkpoint(metadata: str | None) -> int | None:
     return None
 
 
-class FencedError(Exception):
+class FencedError(OutboxError):
     """Another replica owns the partition now; this round's chunk was not written."""
 
 

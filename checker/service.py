@@ -30,6 +30,7 @@ from checker.relay import Relay, RelaySettings, relay_group, relay_transactional
 from checker.round_writer import FencedError, RoundWriter, decode_checkpoint
 from checker.rules import RoundRules, iter_round
 from checker.settings import CheckerSettings
+from checker.silence import close_in_background
 from outbox.access import connect, is_authorization_failure
 from outbox.admin import TopicSpec, ensure_topics
 from outbox.errors import (
@@ -39,7 +40,6 @@ from outbox.errors import (
     TopicAdminError,
 )
 from outbox.protocol import HalfRecord, OutgoingRecord
-from outbox.silence import close_in_background
 from outbox.topic_catalog import TopicCatalog
 
 log = logging.getLogger(__name__)
@@ -89,14 +89,7 @@ class Checker:
         self.topics = settings.topics
         self._clock = clock
         self._resolver = resolver or _database_resolver(settings, clock)
-        self._rules = RoundRules(
-            transaction_timeout_ms=settings.transaction_timeout_ms,
-            check_max=settings.check_max,
-            max_process_ms=settings.max_process_ms,
-            op_read_batch=settings.op_read_batch,
-            max_ops_per_round=settings.max_ops_per_round,
-            retention_ms=settings.retention_ms,
-        )
+        self._rules = RoundRules.from_settings(settings)
         self._ended = EndedTransactions(settings.ended_cache_size)
         self._owned: dict[int, Checkpoint | None] = {}
         self._assignment_lock = threading.Lock()
@@ -289,12 +282,7 @@ class Checker:
                 self.topics,
                 group_id=relay_group(settings.group_id),
                 transactional_id=relay_transactional_id(settings.group_id, self._instance),
-                settings=RelaySettings(
-                    batch=settings.relay_batch,
-                    memory=settings.relay_memory,
-                    transaction_timeout_ms=settings.relay_transaction_timeout_ms,
-                    session_timeout_ms=settings.session_timeout_ms,
-                ),
+                settings=RelaySettings.from_settings(settings),
                 now_ms=self._now_ms,
                 instance_id=self._static_id,
             )

@@ -1,6 +1,9 @@
 """The checker's settings: one typed object, every field a flag and an ``OUTBOX_*`` variable.
 
-Defaults are RocketMQ 5.x's (``BrokerConfig``, ``TransactionalMessageServiceImpl``).
+Defaults are RocketMQ 5.x's (``BrokerConfig``, ``TransactionalMessageServiceImpl``),
+written here only: the rounds' :class:`~checker.rules.RoundRules` and the relay's
+:class:`~checker.relay.RelaySettings` are built from these settings
+(``from_settings``), and their own defaults are :data:`CHECKER_DEFAULTS`'.
 """
 
 from __future__ import annotations
@@ -12,13 +15,17 @@ from pydantic import Field, field_validator
 
 from outbox.config import KafkaSettings
 from outbox.durations import Hours, Milliseconds, Seconds
+from outbox.protocol import TRANSACTION_TIMEOUT_SECONDS
 
 
 class CheckerSettings(KafkaSettings):
     """Everything the checker sidecar can be tuned with."""
 
     transaction_timeout_seconds: Seconds = Field(
-        6.0, gt=0, description="no check before a half is this old (transactionTimeOut)"
+        TRANSACTION_TIMEOUT_SECONDS,
+        gt=0,
+        description="no check before a half is this old (transactionTimeOut); keep it equal to"
+        " the producers'",
     )
     check_max: int = Field(
         15, ge=1, description="checks sent before a half is discarded (transactionCheckMax)"
@@ -143,6 +150,12 @@ class CheckerSettings(KafkaSettings):
     @property
     def max_process_ms(self) -> int:
         return int(self.max_process_seconds * 1000)
+
+
+CHECKER_DEFAULTS = CheckerSettings.model_construct()
+"""Every field at its default, read from no environment: the defaults of the objects
+built from the settings (:class:`~checker.rules.RoundRules`,
+:class:`~checker.relay.RelaySettings`), for tests and benchmarks that build them alone."""
 
 
 def platform_instance_id(environ: Mapping[str, str]) -> str | None:

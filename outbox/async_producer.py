@@ -31,19 +31,12 @@ from functools import partial
 from types import TracebackType
 from typing import Any, Protocol, Self
 
-from outbox.acked_writer import AckedWriter, Acknowledgement, QueueFullError, not_acknowledged
+from outbox.acked_writer import AckedWriter, Acknowledgement, not_acknowledged
 from outbox.caller_transaction import AsyncCallerTransaction
-from outbox.errors import OutboxError, ProducerNotStartedError
+from outbox.errors import OutboxError, ProducerNotStartedError, QueueFullError
 from outbox.message import LocalTransactionState, Message, TransactionSendResult
-from outbox.producer import (
-    FittingHalf,
-    LocalTransaction,
-    Step,
-    TopicLookup,
-    TransactionProducer,
-    Write,
-    drive,
-)
+from outbox.producer import TransactionProducer, chosen_settings
+from outbox.send_flow import FittingHalf, LocalTransaction, Step, TopicLookup, Write, drive
 from outbox.serialization import SerializerLike
 from outbox.settings import ProducerSettings
 
@@ -82,7 +75,7 @@ class _LoopProducer(TransactionProducer):
         )
         # Past the request's time to live the checker has asked again, so a
         # later answer is worth nothing; the thread is freed for the next one.
-        ttl = self.config.check_request_ttl_seconds
+        ttl = self.settings.check_request_ttl_seconds
         try:
             return answer.result(ttl)
         except TimeoutError:
@@ -111,17 +104,19 @@ class AsyncTransactionProducer:
         self,
         group: str,
         listener: AsyncTransactionListener,
-        config: ProducerSettings | None = None,
+        settings: ProducerSettings | None = None,
         check_executor: Executor | None = None,
         *,
+        config: ProducerSettings | None = None,
         clock: Callable[[], float] = time.time,
         key_serializer: SerializerLike | None = None,
         value_serializer: SerializerLike | None = None,
     ) -> None:
+        settings = chosen_settings(settings, config)
         self._core = self._core_type(
             group,
             listener,
-            config,
+            settings,
             check_executor,
             clock=clock,
             key_serializer=key_serializer,
@@ -129,8 +124,13 @@ class AsyncTransactionProducer:
         )
         self.group = group
         self.listener = listener
-        self.config = self._core.config
+        self.settings = settings
         self.topics = self._core.topics
+
+    @property
+    def config(self) -> ProducerSettings:
+        """:attr:`settings` under its former name."""
+        return self.settings
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -29,15 +29,21 @@ import logging
 from collections.abc import Callable, Generator
 from inspect import isawaitable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Protocol, Self
 
 from outbox.errors import OutboxError
 from outbox.message import LocalTransactionState, Message, TransactionSendResult
 
-if TYPE_CHECKING:
-    from outbox.async_producer import AsyncTransactionProducer
-    from outbox.producer import TransactionProducer
-    from outbox.sql.joined import JoinedSession
+
+class JoinedSession(Protocol):
+    """What a joined session tells the block's end (:class:`outbox.sql.joined.JoinedSession`;
+    named by this protocol, as the producers are by ``Any``, so that the SQL side and the
+    producers, which import this module, are not imported back)."""
+
+    outcome: LocalTransactionState | None
+
+    def detach(self) -> None: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +153,8 @@ class _CallerTransaction:
 class CallerTransaction(_CallerTransaction):
     """``with producer.transaction(message) as txn``: see the module documentation."""
 
-    def __init__(self, producer: TransactionProducer, message: Message) -> None:
+    def __init__(self, producer: Any, message: Message) -> None:
+        """``producer``: the :class:`~outbox.producer.TransactionProducer` it sends with."""
         super().__init__(producer, producer, message)
 
     def __enter__(self) -> Self:
@@ -199,7 +206,8 @@ class CallerTransaction(_CallerTransaction):
 class AsyncCallerTransaction(_CallerTransaction):
     """``async with producer.transaction(message) as txn``, ``await txn.join(session)``."""
 
-    def __init__(self, producer: AsyncTransactionProducer, message: Message) -> None:
+    def __init__(self, producer: Any, message: Message) -> None:
+        """``producer``: the :class:`~outbox.async_producer.AsyncTransactionProducer`."""
         super().__init__(producer, producer._core, message)
 
     async def __aenter__(self) -> Self:
@@ -236,7 +244,7 @@ class AsyncCallerTransaction(_CallerTransaction):
         sync_session = getattr(session, "sync_session", None)
         run_sync = getattr(session, "run_sync", None)
         if sync_session is None or run_sync is None:
-            from outbox.sql.joined import JoinError
+            from outbox.sql.errors import JoinError
 
             self._join_failed = True
             raise JoinError(

@@ -20,6 +20,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator
 
+from outbox.errors import ConfigurationError
+
 Unit = Literal["ms", "s", "h"]
 
 HINT = "use 500ms, 10s, 5m, 1d12h"
@@ -46,7 +48,7 @@ _PLAIN = re.compile(r"\s*[+-]?\d+(?:\.\d+)?\s*")
 UNIT_WORDS: dict[str, str] = {"ms": "milliseconds", "s": "seconds", "h": "hours"}
 
 
-class DurationError(ValueError):
+class DurationError(ConfigurationError):
     """Text that is no duration; the message quotes it and gives the examples."""
 
 

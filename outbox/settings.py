@@ -10,16 +10,18 @@ from pydantic import Field
 
 from outbox.config import KafkaSettings
 from outbox.durations import Seconds
+from outbox.protocol import TRANSACTION_TIMEOUT_SECONDS
 
 
 class ProducerSettings(KafkaSettings):
     """Everything a :class:`~outbox.producer.TransactionProducer` can be tuned with."""
 
     transaction_timeout_seconds: Seconds = Field(
-        6.0,
+        TRANSACTION_TIMEOUT_SECONDS,
         gt=0,
         description="age before the checker may check a half (RocketMQ transactionTimeOut);"
-        " the producer stops ending its own transactions shortly before it",
+        " the producer stops ending its own transactions shortly before it; keep it equal to"
+        " the checker's",
     )
     late_end_margin_seconds: Seconds = Field(
         1.0, ge=0, description="safety margin before the transaction timeout for own ends"

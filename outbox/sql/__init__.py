@@ -32,7 +32,7 @@ _EXPORTS = {
     "MigrationError": "errors",
     "TransactionLogError": "errors",
     "TransactionLogMissingError": "errors",
-    "JoinError": "joined",
+    "JoinError": "errors",
     "DEFAULT_GRACE_SECONDS": "listener",
     "BusinessFunction": "listener",
     "SqlTransactionListener": "listener",
@@ -96,6 +96,7 @@ if TYPE_CHECKING:
     from outbox.sql.errors import (
         CommitOutcomeUnknownError,
         DatabaseUnavailableError,
+        JoinError,
         LocalTransactionMisuseError,
         LocalTransactionRolledBackByCheckError,
         LocalTransactionTooSlowError,
@@ -103,7 +104,6 @@ if TYPE_CHECKING:
         TransactionLogError,
         TransactionLogMissingError,
     )
-    from outbox.sql.joined import JoinError
     from outbox.sql.listener import (
         DEFAULT_GRACE_SECONDS,
         BusinessFunction,

@@ -28,22 +28,26 @@ so the check-back answers it as it answers a row its own transaction wrote.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Protocol
 
 from sqlalchemy import event
 from sqlalchemy.orm import Session, SessionTransaction
 
-from outbox.errors import OutboxError
 from outbox.message import LocalTransactionState, Message
-
-if TYPE_CHECKING:
-    from outbox.sql.listener import TransactionLogListener
+from outbox.sql.errors import JoinError
 
 log = logging.getLogger(__name__)
 
 
-class JoinError(OutboxError):
-    """``txn.join(session)`` cannot put the log row into that session; nothing was joined."""
+class LogWriter(Protocol):
+    """What a joined session needs of the listener
+    (:class:`~outbox.sql.listener.TransactionLogListener`, which imports this module)."""
+
+    def _insert_row(self, session: Session, message: Message) -> None: ...
+
+    def _explain(self, session: Session, exc: Exception) -> Exception: ...
+
+    def _require_in_time(self, message: Message) -> None: ...
 
 
 class JoinedSession:
@@ -53,9 +57,7 @@ class JoinedSession:
     COMMIT_MESSAGE, ROLLBACK_MESSAGE or UNKNOW (a COMMIT whose answer was lost).
     """
 
-    def __init__(
-        self, session: Session, message: Message, listener: TransactionLogListener[Any, Any]
-    ) -> None:
+    def __init__(self, session: Session, message: Message, listener: LogWriter) -> None:
         if not isinstance(session, Session):
             raise JoinError(f"join() takes a SQLAlchemy Session, got {type(session).__name__}")
         if session.in_nested_transaction():

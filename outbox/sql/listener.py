@@ -46,7 +46,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, ProgrammingError
 from sqlalchemy.orm import Session, SessionTransaction
 
-from outbox.errors import ConfigurationError
+from outbox.errors import ConfigurationError, InvalidMessageError
 from outbox.message import LocalTransactionState, Message
 from outbox.producer import record_local_transaction_error
 from outbox.protocol import validate_producer_group
@@ -275,7 +275,9 @@ class TransactionLogListener(Generic[_Factory, _Business]):
         """Run ``business`` and insert the log row in one database transaction on ``session``."""
         transaction_id = message.transaction_id
         if not transaction_id:
-            raise ValueError("the message has no transaction_id: send it through a producer")
+            raise InvalidMessageError(
+                "the message has no transaction_id: send it through a producer"
+            )
         if self._business is None:
             raise ConfigurationError(
                 "this listener has no business function: send with producer.transaction(...) "

@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 from outbox import EndStatus, LocalTransactionState, Message, TransactionProducer
 from outbox.caller_transaction import CallerTransactionError
 from outbox.protocol import RealRecord, Resolution
-from outbox.sql.joined import JoinError
+from outbox.sql.errors import JoinError
 from tests.producer.conftest import ScriptedListener
 from tests.producer.test_check_back import ops_of, put_back_and_ask, wait_for
 from tests.sql.conftest import GROUP, Database, OutboxTopics, backend_killed_at_commit
