@@ -49,6 +49,7 @@ from typing import Any
 import confluent_kafka
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
+from outbox_checker.settings import CheckerSettings
 from rich.console import Console
 
 from bench.aims import AIM_HALVES_PER_S, AIM_RSS_MB
@@ -65,7 +66,6 @@ from bench.common import (
     save_results,
     warn_if_noisy,
 )
-from checker.settings import CheckerSettings
 from outbox.acked_writer import produce_when_room
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
 from outbox.config import kafka_client_config

@@ -52,6 +52,7 @@ from urllib.parse import urlparse
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
+from outbox_checker.relay import Relay
 from rich.console import Console
 
 from bench.common import (
@@ -74,7 +75,6 @@ from bench.sink_table import (
     fmt,
     results_table,
 )
-from checker.relay import Relay
 from outbox.acked_writer import produce_when_room
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
 from outbox.config import kafka_client_config

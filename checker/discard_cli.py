@@ -11,11 +11,11 @@ import time
 from typing import Annotated, Any
 
 import typer
+from outbox_checker.discard import DiscardedHalf, ResumeOutcome, read_discards, resume_discards
+from outbox_checker.display import iso_ms
+from outbox_checker.settings import CheckerSettings
 from rich.table import Table
 
-from checker.discard import DiscardedHalf, ResumeOutcome, read_discards, resume_discards
-from checker.display import iso_ms
-from checker.settings import CheckerSettings
 from outbox.config import KafkaSettings
 from outbox.protocol import Header
 from outbox_cli.console import make_console

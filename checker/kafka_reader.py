@@ -21,9 +21,9 @@ from typing import Any
 
 from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
+from outbox_checker.rules import HalfEntry, OpEntry
+from outbox_checker.silence import close_in_background, partitions_behind
 
-from checker.rules import HalfEntry, OpEntry
-from checker.silence import close_in_background, partitions_behind
 from outbox.acls import CHECKER_READER_GROUP_PREFIX
 from outbox.errors import KafkaUnavailableError
 from outbox.protocol import RawRecord, TopicNames

@@ -51,15 +51,15 @@ from confluent_kafka import (
 )
 from confluent_kafka import Message as KafkaMessage
 from confluent_kafka.admin import AdminClient
+from outbox_checker import metrics
+from outbox_checker.decision_memory import DecisionMemory, SharedScan
+from outbox_checker.half_lookup import HalfLookup
+from outbox_checker.kafka_reader import TopicCursor, end_offsets, watermarks
+from outbox_checker.membership import Fences, group_consumer_config, is_instance_fenced
+from outbox_checker.settings import CHECKER_DEFAULTS, CheckerSettings
+from outbox_checker.silence import SilenceWatch, close_in_background
+from outbox_checker.watchdog import StuckError, call_with_deadline
 
-from checker import metrics
-from checker.decision_memory import DecisionMemory, SharedScan
-from checker.half_lookup import HalfLookup
-from checker.kafka_reader import TopicCursor, end_offsets, watermarks
-from checker.membership import Fences, group_consumer_config, is_instance_fenced
-from checker.settings import CHECKER_DEFAULTS, CheckerSettings
-from checker.silence import SilenceWatch, close_in_background
-from checker.watchdog import StuckError, call_with_deadline
 from outbox.access import is_authorization_failure, principal_of
 from outbox.acked_writer import produce_when_room
 from outbox.errors import (

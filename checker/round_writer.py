@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from outbox_checker.rules import Discard, HalfEntry, RoundChunk
 
-from checker.rules import Discard, HalfEntry, RoundChunk
 from outbox.errors import KafkaUnavailableError, OutboxError
 from outbox.protocol import (
     CheckRequest,

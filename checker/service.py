@@ -20,17 +20,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
+from outbox_checker import metrics
+from outbox_checker.ended import EndedTransactions
+from outbox_checker.kafka_reader import KafkaPartitionReader, TopicCursor, watermarks
+from outbox_checker.membership import Fences, group_consumer_config, is_instance_fenced
+from outbox_checker.relay import Relay, RelaySettings, relay_group, relay_transactional_id
+from outbox_checker.round_writer import FencedError, RoundWriter, decode_checkpoint
+from outbox_checker.rules import RoundRules, iter_round
+from outbox_checker.settings import CheckerSettings
+from outbox_checker.silence import close_in_background
 from tenacity import Retrying, retry_if_exception_type, wait_exponential
 
-from checker import metrics
-from checker.ended import EndedTransactions
-from checker.kafka_reader import KafkaPartitionReader, TopicCursor, watermarks
-from checker.membership import Fences, group_consumer_config, is_instance_fenced
-from checker.relay import Relay, RelaySettings, relay_group, relay_transactional_id
-from checker.round_writer import FencedError, RoundWriter, decode_checkpoint
-from checker.rules import RoundRules, iter_round
-from checker.settings import CheckerSettings
-from checker.silence import close_in_background
 from outbox.access import connect, is_authorization_failure
 from outbox.admin import TopicSpec, ensure_topics
 from outbox.errors import (
@@ -534,7 +534,7 @@ class Checker:
 def _database_resolver(settings: CheckerSettings, clock: Callable[[], float]) -> Resolver | None:
     if not settings.resolve_from_db:
         return None
-    from checker.db_resolver import DatabaseResolver
+    from outbox_checker.db_resolver import DatabaseResolver
 
     return DatabaseResolver(
         settings.resolve_from_db,

@@ -33,10 +33,10 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient
+from outbox_checker.kafka_reader import TopicCursor
+from outbox_checker.relay import relay_group
+from outbox_checker.round_writer import decode_checkpoint
 
-from checker.kafka_reader import TopicCursor
-from checker.relay import relay_group
-from checker.round_writer import decode_checkpoint
 from outbox.config import KafkaSettings
 from outbox.errors import ConfigurationError, KafkaUnavailableError, TopicAdminError
 from outbox.protocol import Header, RawRecord

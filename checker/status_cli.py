@@ -10,10 +10,10 @@ from dataclasses import asdict
 from typing import Annotated, Any
 
 import typer
+from outbox_checker.display import format_age
+from outbox_checker.status import DEFAULT_SCAN_LIMIT, CheckerStatus, read_status
 from rich.table import Table
 
-from checker.display import format_age
-from checker.status import DEFAULT_SCAN_LIMIT, CheckerStatus, read_status
 from outbox.config import KafkaSettings, renamed_variable
 from outbox_cli.console import make_console
 from outbox_cli.options import OutputFormat, OutputOption, admin_session, print_json

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from outbox_checker.settings import CheckerSettings
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings
 
-from checker.settings import CheckerSettings
 from outbox.config import RENAMED_VARIABLES, KafkaSettings, env_names
 from outbox.durations import duration_unit, format_duration, in_seconds
 from outbox.settings import ProducerSettings
@@ -68,7 +68,7 @@ COMPONENTS: tuple[Component, ...] = (
     ),
     Component(
         "Checker: `outbox checker`",
-        "`checker.settings.CheckerSettings`; its flags are generated from the fields.",
+        "`outbox_checker.settings.CheckerSettings`; its flags are generated from the fields.",
         CheckerSettings,
         commands=(("checker",),),
         other_options=True,

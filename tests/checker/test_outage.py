@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 import pytest
 from confluent_kafka.admin import AdminClient
+from outbox_checker.service import Checker
+from outbox_checker.settings import CheckerSettings
 from prometheus_client import REGISTRY
 
-from checker.service import Checker
-from checker.settings import CheckerSettings
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
 from outbox.protocol import TopicNames
 from tests.checker.support import SkewedClock, check_requests, pending_half, wait_for, write

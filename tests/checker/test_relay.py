@@ -16,9 +16,9 @@ from contextlib import contextmanager
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
+from outbox_checker.relay import BatchReport, Relay, RelaySettings
 from prometheus_client import REGISTRY
 
-from checker.relay import BatchReport, Relay, RelaySettings
 from outbox.errors import KafkaUnavailableError
 from outbox.protocol import (
     DiscardReason,

@@ -8,9 +8,9 @@ no duration is one line naming the flag (or variable) and the value.
 from __future__ import annotations
 
 import pytest
+from outbox_checker.settings import CheckerSettings
 from typer.testing import CliRunner
 
-from checker.settings import CheckerSettings
 from outbox.durations import DurationError, format_duration, parse_duration
 from outbox.errors import ConfigurationError
 from outbox.settings import ProducerSettings

@@ -13,9 +13,9 @@ import sqlite3
 import subprocess
 from pathlib import Path
 
+from outbox_checker.settings import CheckerSettings
 from typer.testing import CliRunner
 
-from checker.settings import CheckerSettings
 from outbox.config import RENAMED_VARIABLES
 from tests.cli.support import outbox
 

@@ -20,7 +20,7 @@ from outbox.errors import OutboxError
 from outbox.protocol import MalformedRecordError, ProtocolError
 from outbox_cli.errors import run_program
 
-INSTALLED = ("outbox", "checker", "spark_sink")
+INSTALLED = ("outbox", "outbox_checker", "spark_sink")
 
 
 def _defined_errors() -> dict[str, type[BaseException]]:
@@ -42,7 +42,7 @@ def _defined_errors() -> dict[str, type[BaseException]]:
 
 def test_every_error_defined_is_an_outbox_error() -> None:
     errors = _defined_errors()
-    assert "checker.round_writer.FencedError" in errors  # the walk reaches the checker
+    assert "outbox_checker.round_writer.FencedError" in errors  # the walk reaches the checker
     outside = sorted(name for name, error in errors.items() if not issubclass(error, OutboxError))
     assert not outside, f"errors outside the OutboxError tree: {outside}"
 

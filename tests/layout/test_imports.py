@@ -20,22 +20,24 @@ import pytest
 
 REPO = Path(__file__).parents[2]
 
-# Each top-level package of the repository and the packages it may import. The
-# Alembic scripts (the folder migrations/, installed as outbox_migrations) are the SQL
-# listener's schema: one floor with the core, which finds them by that unique name.
+# Each installed package and the packages it may import. The Alembic scripts (the folder
+# migrations/, installed as outbox_migrations) are the SQL listener's schema: one floor
+# with the core, which finds them by that unique name; the checker (the folder checker/)
+# is installed as outbox_checker.
 # The checker's and the sink's command modules use the command line's helpers (outbox_cli),
 # and only those (test_only_command_modules_import_the_command_line); outbox_cli reaches
 # the commands above it through entry points alone.
 MAY_IMPORT: dict[str, set[str]] = {
     "outbox": {"outbox", "outbox_migrations"},
     "outbox_migrations": {"outbox"},
-    "checker": {"checker", "outbox", "outbox_cli"},
+    "outbox_checker": {"outbox_checker", "outbox", "outbox_cli"},
     "spark_sink": {"spark_sink", "outbox", "outbox_cli"},
     "outbox_cli": {"outbox_cli", "outbox"},
 }
-ABOVE_THE_CORE = ("checker", "spark_sink", "outbox_cli", "outbox_devtools", "bench", "tests")
+ABOVE_THE_CORE = ("outbox_checker", "spark_sink", "outbox_cli", "outbox_devtools", "bench", "tests")
 PACKAGE_DIRS = {name: REPO / name for name in MAY_IMPORT} | {
     "outbox_migrations": REPO / "migrations",
+    "outbox_checker": REPO / "checker",
     "outbox_devtools": REPO / "devtools" / "outbox_devtools",
     "bench": REPO / "bench",
 }
@@ -99,7 +101,7 @@ def test_only_command_modules_import_the_command_line() -> None:
         f"{module} imports {target}"
         for module, targets in _graph().items()
         for target in targets
-        if module.split(".")[0] in ("checker", "spark_sink")
+        if module.split(".")[0] in ("outbox_checker", "spark_sink")
         and target.split(".")[0] == "outbox_cli"
         and not module.endswith("cli")
     ]

@@ -10,6 +10,7 @@ and the library, its migrations and the command line run from there.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -57,5 +58,22 @@ def test_the_command_line_uses_its_own_packages_from_a_service_root(
 ) -> None:
     """``python -m outbox`` from the service's root: the outbox's migrations and checker."""
     done = _run(["-m", "outbox", *command], service)
+    assert done.returncode == 0, done.stderr
+    assert "service's own" not in done.stdout + done.stderr
+
+
+def test_a_service_on_the_path_with_its_own_checker_runs_the_outbox_checker(service: Path) -> None:
+    """A service that puts its root on ``PYTHONPATH`` (a container's usual setting) and runs
+    the ``outbox`` console script beside its own code: the checker is installed under a name
+    of its own (``outbox_checker``), so a service's ``checker`` package cannot stand in."""
+    script = Path(sys.executable).with_name("outbox")
+    done = subprocess.run(
+        [str(script), "checker", "--help"],
+        cwd=service,
+        env={**os.environ, "PYTHONPATH": str(service)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert "service's own" not in done.stdout + done.stderr

@@ -15,15 +15,24 @@ import zipfile
 from pathlib import Path
 
 REPO = Path(__file__).parents[2]
-# Installed name: the repository folder it comes from (migrations/ under a name of its own).
+# Installed name: the repository folder it comes from (migrations/ and checker/ under names
+# of their own).
 SHIPPED = {
     "outbox": "outbox",
     "outbox_cli": "outbox_cli",
-    "checker": "checker",
+    "outbox_checker": "checker",
     "spark_sink": "spark_sink",
     "outbox_migrations": "migrations",
 }
-NOT_SHIPPED = ("outbox_devtools", "devtools", "bench", "tests", "examples", "migrations")
+NOT_SHIPPED = (
+    "outbox_devtools",
+    "devtools",
+    "bench",
+    "tests",
+    "examples",
+    "migrations",
+    "checker",
+)
 # What only the tooling defines: the local runtimes and the chaos schedule.
 TOOLING_DEFINITIONS = ("class LocalKafka", "class LocalPostgres", "def fault_plan")
 _LEFT_BEHIND = shutil.ignore_patterns(
@@ -81,5 +90,5 @@ def test_the_wheel_holds_the_library_and_no_tooling(tmp_path: Path) -> None:
     assert "outbox = outbox_cli:main" in declared
     # The library's own sub-commands only: the tooling declares its own elsewhere.
     assert "[kafka_outbox.commands]" in declared
-    assert "checker = checker.cli:register" in declared
+    assert "checker = outbox_checker.cli:register" in declared
     assert "outbox_devtools" not in declared

@@ -28,10 +28,10 @@ import sqlalchemy as sa
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from outbox_checker.decision_memory import DecisionMemory, SharedScan
 from sqlalchemy.orm import sessionmaker
 from sqlalchemy.pool import StaticPool
 
-from checker.decision_memory import DecisionMemory, SharedScan
 from outbox import LocalTransactionState, Message
 from outbox.sql import SqlTransactionListener
 from outbox.sql.log import transaction_log_table

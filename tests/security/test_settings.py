@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 import typer
+from outbox_checker.settings import CheckerSettings
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from checker.settings import CheckerSettings
 from outbox.config import KafkaSettings
 from outbox.errors import ConfigurationError
 from outbox.settings import ProducerSettings

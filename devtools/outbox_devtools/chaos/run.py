@@ -31,11 +31,11 @@ from typing import Any
 
 import sqlalchemy as sa
 from confluent_kafka.admin import AdminClient
+from outbox_checker.relay import relay_transactional_id
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from checker.relay import relay_transactional_id
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
 from outbox.config import kafka_client_config
 from outbox.errors import KafkaUnavailableError
