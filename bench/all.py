@@ -29,7 +29,6 @@ import platform
 import shlex
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -37,7 +36,7 @@ from typing import Any, Protocol, TypeVar
 from rich.console import Console
 
 from bench import checker, producer, relay, sink, visible
-from bench.all_table import ratio_to, results_table
+from bench.all_table import Options, Results, ratio_to, results_table
 from bench.common import (
     bench_main,
     count_label,
@@ -64,7 +63,6 @@ QUICK_ARGS: dict[str, list[str]] = {
 """``--quick``: a smoke run of a few minutes that exercises every figure, not a measurement."""
 
 T = TypeVar("T")
-AnyReport = producer.Report | checker.Report | relay.Report | visible.Report | sink.Report
 
 
 class _BenchOptions(Protocol):
@@ -72,67 +70,6 @@ class _BenchOptions(Protocol):
 
 
 B = TypeVar("B", bound=_BenchOptions)
-
-
-@dataclass
-class Options:
-    """Each bench's own options (``None``: skipped), and what this command adds."""
-
-    producer: producer.Options | None
-    checker: checker.Options | None
-    relay: relay.Options | None
-    visible: visible.Options | None
-    sink: sink.Options | None
-    argv: dict[str, list[str]]
-    """The command line each bench was configured from, kept in the JSON."""
-    quick: bool
-    bootstrap_servers: str | None
-    json_path: Path
-
-
-@dataclass
-class Results:
-    """What each bench returned; ``None`` where it was skipped or failed."""
-
-    producer: producer.Report | None = None
-    checker: checker.Report | None = None
-    relay: relay.Report | None = None
-    visible: visible.Report | None = None
-    sink: sink.Report | None = None
-    errors: dict[str, str] = field(default_factory=dict)
-    """Bench name -> the exception that ended it."""
-    seconds: dict[str, float] = field(default_factory=dict)
-    """Bench name -> its wall time."""
-
-    def reports(self) -> dict[str, AnyReport | None]:
-        """Bench name -> its report, in the order they run."""
-        return {
-            "producer": self.producer,
-            "checker": self.checker,
-            "relay": self.relay,
-            "visible": self.visible,
-            "sink": self.sink,
-        }
-
-    def verdicts(self, options: Options) -> dict[str, str]:
-        """Per bench: ``ok``, ``FAILED`` (its own checks), ``ERROR`` or ``skipped``."""
-        verdicts = {}
-        for name, report in self.reports().items():
-            if getattr(options, name) is None:
-                verdicts[name] = "skipped"
-            elif report is None:
-                verdicts[name] = "ERROR"
-            else:
-                verdicts[name] = "ok" if report.ok else "FAILED"
-        return verdicts
-
-    def noise(self) -> dict[str, float]:
-        """Per bench, the most CPU other processes used while it measured (% of one core)."""
-        return {
-            name: report.other_cpu_pct
-            for name, report in self.reports().items()
-            if report is not None
-        }
 
 
 # --------------------------------------------------------------------------- running

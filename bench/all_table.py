@@ -1,20 +1,84 @@
-"""How ``make bench`` shows every figure: one table, a section per bench, aims beside values.
+"""What ``make bench`` gathered, and how it shows it: one table, a section per bench,
+aims beside values.
 
-The running is :mod:`bench.all`; this module only formats the reports it gathered.
+The running is :mod:`bench.all`; this module holds what it gathers (its options
+and every bench's report) and formats it, importing nothing of :mod:`bench.all`,
+so the two never import each other.
 """
 
 from __future__ import annotations
 
 import os
 import platform
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from rich.table import Table
 
 from bench import aims, checker, producer, relay, sink, visible
 
-if TYPE_CHECKING:
-    from bench.all import Options, Results
+AnyReport = producer.Report | checker.Report | relay.Report | visible.Report | sink.Report
+
+
+@dataclass
+class Options:
+    """Each bench's own options (``None``: skipped), and what this command adds."""
+
+    producer: producer.Options | None
+    checker: checker.Options | None
+    relay: relay.Options | None
+    visible: visible.Options | None
+    sink: sink.Options | None
+    argv: dict[str, list[str]]
+    """The command line each bench was configured from, kept in the JSON."""
+    quick: bool
+    bootstrap_servers: str | None
+    json_path: Path
+
+
+@dataclass
+class Results:
+    """What each bench returned; ``None`` where it was skipped or failed."""
+
+    producer: producer.Report | None = None
+    checker: checker.Report | None = None
+    relay: relay.Report | None = None
+    visible: visible.Report | None = None
+    sink: sink.Report | None = None
+    errors: dict[str, str] = field(default_factory=dict)
+    """Bench name -> the exception that ended it."""
+    seconds: dict[str, float] = field(default_factory=dict)
+    """Bench name -> its wall time."""
+
+    def reports(self) -> dict[str, AnyReport | None]:
+        """Bench name -> its report, in the order they run."""
+        return {
+            "producer": self.producer,
+            "checker": self.checker,
+            "relay": self.relay,
+            "visible": self.visible,
+            "sink": self.sink,
+        }
+
+    def verdicts(self, options: Options) -> dict[str, str]:
+        """Per bench: ``ok``, ``FAILED`` (its own checks), ``ERROR`` or ``skipped``."""
+        verdicts = {}
+        for name, report in self.reports().items():
+            if getattr(options, name) is None:
+                verdicts[name] = "skipped"
+            elif report is None:
+                verdicts[name] = "ERROR"
+            else:
+                verdicts[name] = "ok" if report.ok else "FAILED"
+        return verdicts
+
+    def noise(self) -> dict[str, float]:
+        """Per bench, the most CPU other processes used while it measured (% of one core)."""
+        return {
+            name: report.other_cpu_pct
+            for name, report in self.reports().items()
+            if report is not None
+        }
 
 
 def _num(value: float | None, spec: str = ",.0f") -> str:

@@ -49,11 +49,12 @@ from typing import Any
 import confluent_kafka
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
+from outbox_checker.settings import CheckerSettings
 from rich.console import Console
 
 from bench.aims import AIM_HALVES_PER_S, AIM_RSS_MB
 from bench.checker_driver import Answerer, WalkResult, skewed_clock, walk_backlog
-from bench.checker_table import fmt, results_table
+from bench.checker_table import RssResult, ScanResult, fmt, results_table
 from bench.common import (
     bench_main,
     count_label,
@@ -65,7 +66,6 @@ from bench.common import (
     save_results,
     warn_if_noisy,
 )
-from checker.settings import CheckerSettings
 from outbox.acked_writer import produce_when_room
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
 from outbox.config import kafka_client_config
@@ -191,21 +191,6 @@ class CpuWindow:
 # --------------------------------------------------------------------------- (a) scan rate
 
 
-@dataclass
-class ScanResult:
-    halves: int
-    value_bytes: int
-    write_seconds: float
-    walk: WalkResult
-    halves_per_s: float
-    checks_answered: int | None
-    ops_written: int | None
-    answer_wait_seconds: float | None
-    answers_per_s: float | None
-    """Checks the producer group answered a second, measured after the walk, on its own."""
-    cpu_pct: dict[str, float | None]
-
-
 def scan_phase(
     console: Console, options: Options, bootstrap: str, broker_pid: int | None
 ) -> ScanResult:
@@ -285,18 +270,6 @@ def scan_phase(
 
 
 # --------------------------------------------------------------------------- (b) peak RSS
-
-
-@dataclass
-class RssResult:
-    halves: int
-    value_bytes: int
-    write_seconds: float
-    walk: WalkResult | None
-    peak_rss_mb: float | None
-    peak_rss_polled_mb: float | None
-    halves_per_s: float | None
-    exit_code: int
 
 
 def _vm_hwm_mb(pid: int) -> float | None:

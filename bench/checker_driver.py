@@ -27,8 +27,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from checker.service import Checker
-from checker.settings import CheckerSettings
+from outbox_checker.service import Checker
+from outbox_checker.settings import CheckerSettings
+
 from outbox.config import parse_properties
 from outbox.message import LocalTransactionState, Message
 from outbox.producer import TransactionProducer

@@ -1,18 +1,44 @@
-"""How ``python -m bench.checker`` shows its figures: the results table.
+"""What ``python -m bench.checker`` measured, and how it shows it: the results table.
 
-The measuring is :mod:`bench.checker`; this module only formats what it measured.
+The measuring is :mod:`bench.checker`; this module holds its result types and
+formats them, importing nothing of the bench, so the two never import each other.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from rich.table import Table
 
 from bench.aims import AIM_HALVES_PER_S, AIM_RSS_MB
+from bench.checker_driver import WalkResult
 
-if TYPE_CHECKING:
-    from bench.checker import RssResult, ScanResult
+
+@dataclass
+class ScanResult:
+    halves: int
+    value_bytes: int
+    write_seconds: float
+    walk: WalkResult
+    halves_per_s: float
+    checks_answered: int | None
+    ops_written: int | None
+    answer_wait_seconds: float | None
+    answers_per_s: float | None
+    """Checks the producer group answered a second, measured after the walk, on its own."""
+    cpu_pct: dict[str, float | None]
+
+
+@dataclass
+class RssResult:
+    halves: int
+    value_bytes: int
+    write_seconds: float
+    walk: WalkResult | None
+    peak_rss_mb: float | None
+    peak_rss_polled_mb: float | None
+    halves_per_s: float | None
+    exit_code: int
 
 
 def fmt(value: float | None, spec: str = ",.0f") -> str:

@@ -19,7 +19,7 @@ from typing import Any
 
 from rich.console import Console
 
-from outbox.console import make_console
+from outbox_cli.console import make_console
 from outbox_devtools.kafka import LocalKafka, ensure_kafka_jars
 
 

@@ -45,7 +45,7 @@ import threading
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from contextvars import ContextVar
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -64,7 +64,7 @@ from bench.common import (
     save_results,
     warn_if_noisy,
 )
-from bench.producer_table import cell_line, results_table
+from bench.producer_table import CellResult, Options, cell_line, results_table
 from bench.relay import drain_relay
 from outbox.acked_writer import AckedWriter
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
@@ -221,42 +221,6 @@ class AsyncOutboxSender(OutboxSender):
 
 
 @dataclass
-class CellResult:
-    """One (mode, senders) measurement, as printed and written to the JSON."""
-
-    mode: str
-    senders: int
-    window_seconds: float
-    messages: int
-    msgs_per_s: float
-    send_p50_ms: float | None
-    send_p99_ms: float | None
-    end_p50_ms: float | None = None
-    end_p99_ms: float | None = None
-    half_p50_ms: float | None = None
-    half_p99_ms: float | None = None
-    attempts: int = 0
-    errors: int = 0
-    first_error: str | None = None
-    committed: int | None = None
-    not_committed: dict[str, int] = field(default_factory=dict)
-    client_cpu_pct: float | None = None
-    broker_cpu_pct: float | None = None
-    other_cpu_pct: float | None = None
-    """CPU used by other processes on the host meanwhile: noise in a shared machine's numbers."""
-    client_us_per_send: float | None = None
-    """This process's CPU time (every thread: senders, the client's, the loop) per send
-    completed in the window, in µs: what a send costs the service, whatever the machine's
-    load does to its throughput."""
-
-    def ratio_to(self, plain: CellResult | None) -> float | None:
-        """This cell's throughput over ``plain``'s: what the outbox keeps of a plain send."""
-        if plain is None or not plain.msgs_per_s:
-            return None
-        return self.msgs_per_s / plain.msgs_per_s
-
-
-@dataclass
 class _Run:
     """What :func:`run_cell` saw, before it is reduced to a :class:`CellResult`."""
 
@@ -391,23 +355,6 @@ def _per_send_us(cpu_seconds: float | None, sends: int) -> float | None:
 
 
 # --------------------------------------------------------------------------- the bench
-
-
-@dataclass
-class Options:
-    """The parsed command line; one object so every step sees the same choices."""
-
-    senders: list[int]
-    seconds: float
-    warmup: float
-    value_bytes: int
-    partitions: int
-    modes: list[str]
-    bootstrap_servers: str | None
-    verify_read: bool
-    json_path: Path | None
-    """``None``: not written (``bench.all`` keeps the document in its own)."""
-    producer_overrides: dict[str, Any]
 
 
 @dataclass

@@ -1,16 +1,70 @@
-"""How ``python -m bench.producer`` shows its figures: progress lines and the results table.
+"""What ``python -m bench.producer`` measured, and how it shows it: progress lines, the table.
 
-The measuring is :mod:`bench.producer`; this module only formats what it measured.
+The measuring is :mod:`bench.producer`; this module holds its result types (and its
+options, which the table names) and formats them, importing nothing of the bench,
+so the two never import each other.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from rich.table import Table
 
-if TYPE_CHECKING:
-    from bench.producer import CellResult, Options
+
+@dataclass
+class CellResult:
+    """One (mode, senders) measurement, as printed and written to the JSON."""
+
+    mode: str
+    senders: int
+    window_seconds: float
+    messages: int
+    msgs_per_s: float
+    send_p50_ms: float | None
+    send_p99_ms: float | None
+    end_p50_ms: float | None = None
+    end_p99_ms: float | None = None
+    half_p50_ms: float | None = None
+    half_p99_ms: float | None = None
+    attempts: int = 0
+    errors: int = 0
+    first_error: str | None = None
+    committed: int | None = None
+    not_committed: dict[str, int] = field(default_factory=dict)
+    client_cpu_pct: float | None = None
+    broker_cpu_pct: float | None = None
+    other_cpu_pct: float | None = None
+    """CPU used by other processes on the host meanwhile: noise in a shared machine's numbers."""
+    client_us_per_send: float | None = None
+    """This process's CPU time (every thread: senders, the client's, the loop) per send
+    completed in the window, in µs: what a send costs the service, whatever the machine's
+    load does to its throughput."""
+
+    def ratio_to(self, plain: CellResult | None) -> float | None:
+        """This cell's throughput over ``plain``'s: what the outbox keeps of a plain send."""
+        if plain is None or not plain.msgs_per_s:
+            return None
+        return self.msgs_per_s / plain.msgs_per_s
+
+
+@dataclass
+class Options:
+    """The parsed command line; one object so every step sees the same choices."""
+
+    senders: list[int]
+    seconds: float
+    warmup: float
+    value_bytes: int
+    partitions: int
+    modes: list[str]
+    bootstrap_servers: str | None
+    verify_read: bool
+    json_path: Path | None
+    """``None``: not written (``bench.all`` keeps the document in its own)."""
+    producer_overrides: dict[str, Any]
 
 
 def _ms(value: float | None) -> str:

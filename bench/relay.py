@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
+from outbox_checker.relay import Relay, RelaySettings
 from rich.console import Console
 
 from bench.checker import GROUP, CpuWindow, drop_topics, fresh_topics
 from bench.common import bench_main, run_on_broker
-from checker.relay import Relay, RelaySettings
 from outbox.acked_writer import produce_when_room
 from outbox.protocol import HalfRecord, OpRecord, Resolution, TopicNames
 

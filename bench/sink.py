@@ -45,13 +45,14 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
+from outbox_checker.relay import Relay
 from rich.console import Console
 
 from bench.common import (
@@ -64,8 +65,16 @@ from bench.common import (
     save_results,
     warn_if_noisy,
 )
-from bench.sink_table import fmt, results_table
-from checker.relay import Relay
+from bench.sink_table import (
+    MERGE_MODE,
+    WARMUP_EVENTS,
+    Delay,
+    OnceRun,
+    Options,
+    Throughput,
+    fmt,
+    results_table,
+)
 from outbox.acked_writer import produce_when_room
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
 from outbox.config import kafka_client_config
@@ -79,106 +88,10 @@ PREFIX = "bench-sink"
 GROUP = "bench-sink"
 RESULTS_PATH = Path(__file__).resolve().parent / "results" / "sink.json"
 LOAD_TRANSACTION_SIZE = 2000
-WARMUP_EVENTS = 20
 
 
-@dataclass
-class Options:
-    """The parsed command line; one object so every step sees the same choices."""
-
-    events: int
-    value_bytes: int
-    partitions: int
-    rate: float
-    live_seconds: float
-    live_senders: int
-    trigger: str
-    master: str
-    shuffle_partitions: int
-    bootstrap_servers: str | None
-    json_path: Path | None
-    """``None``: not written (``bench.all`` keeps the document in its own)."""
-    keep_dir: bool
-    modes: tuple[str, ...] = ()
-
-
-MERGE_MODE = "delta/merge"
 DEFAULT_MODES = ("parquet/window", "parquet/off", MERGE_MODE, "delta/off")
 """The sink's format/dedup pairs timed against the plain job; the first is the default."""
-
-
-@dataclass
-class OnceRun:
-    """One ``--once`` run of the sink (or of the plain job) over the loaded topic."""
-
-    jvm: str
-    run_seconds: float
-    rows_per_s: float
-    batches: int
-    rows_written: int
-    batch_seconds: list[float]
-    table_rows: int
-    table_distinct_ids: int
-    cpu: dict[str, float | None] = field(default_factory=dict)
-
-    @property
-    def exactly_once(self) -> bool:
-        return self.table_rows == self.table_distinct_ids == self.rows_written
-
-
-@dataclass
-class Throughput:
-    """The same events written twice: by a fresh driver JVM, then by a warmed-up one."""
-
-    events: int
-    load_seconds: float
-    cold: OnceRun
-    warm: OnceRun
-    """The sink's default mode in the warmed-up driver: the first of ``modes``."""
-    plain: OnceRun
-    modes: list[OnceRun] = field(default_factory=list)
-
-    @property
-    def rows_per_s(self) -> float:
-        return self.warm.rows_per_s
-
-    @property
-    def ratio(self) -> float:
-        return self.warm.rows_per_s / self.plain.rows_per_s if self.plain.rows_per_s else 0.0
-
-    @property
-    def merge_rows_per_s(self) -> float | None:
-        """Delta with ``--dedup merge`` (the Delta default), when ``--modes`` has it."""
-        merged = [run.rows_per_s for run in self.modes if run.jvm.endswith(MERGE_MODE)]
-        return merged[0] if merged else None
-
-
-@dataclass
-class Delay:
-    trigger: str
-    rate: float
-    seconds: float
-    events: int
-    committed: int
-    landed: int
-    batches: int
-    delay_p50_ms: float | None
-    delay_p99_ms: float | None
-    delay_max_ms: float | None
-    batch_p50_ms: float | None
-    table_rows: int
-    table_distinct_ids: int
-    send_errors: int = 0
-    cpu: dict[str, float | None] = field(default_factory=dict)
-
-    @property
-    def expected_rows(self) -> int:
-        """The warm-up events and every committed one, each once in the table."""
-        return WARMUP_EVENTS + self.committed
-
-    @property
-    def exactly_once(self) -> bool:
-        return self.table_rows == self.table_distinct_ids == self.expected_rows
 
 
 @dataclass

@@ -37,13 +37,13 @@ from typing import IO, Any
 
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
+from outbox_checker import metrics
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 from rich.console import Console
 
 from bench.common import bench_main, percentile_ms, run_on_broker
 from bench.producer import run_cell
-from checker import metrics
 from outbox import LocalTransactionState, Message, TransactionProducer
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
 from outbox.message import EndStatus

@@ -6,11 +6,11 @@ import logging
 import signal
 
 import typer
+from outbox_checker.http import serve
+from outbox_checker.service import Checker
+from outbox_checker.settings import CheckerSettings
 
-from checker.http import serve
-from checker.service import Checker
-from checker.settings import CheckerSettings
-from outbox.settings_cli import KAFKA_PROPERTY_FLAGS, settings_command
+from outbox_cli.settings_flags import KAFKA_PROPERTY_FLAGS, settings_command
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def checker_panel(field: str) -> str:
         return "Answers from the database"
     if field in ("http_address", "health_stall_seconds", "log_level"):
         return "Probes and logs"
-    if field in ("consumer_group", "instance_id", "start_timeout_seconds", "session_timeout_ms"):
+    if field in ("checker_group", "instance_id", "start_timeout_seconds", "session_timeout_ms"):
         return "Kafka"
     return "Check rounds (RocketMQ's)"
 
@@ -67,7 +67,7 @@ def register(app: typer.Typer) -> None:
         flags={
             "kafka_properties": KAFKA_PROPERTY_FLAGS,
             # `outbox status` names the same group: one spelling for both.
-            "consumer_group": ("--checker-group", "--consumer-group"),
+            "checker_group": ("--checker-group", "--consumer-group"),
         },
         panel_of=checker_panel,
     )

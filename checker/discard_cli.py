@@ -11,16 +11,16 @@ import time
 from typing import Annotated, Any
 
 import typer
+from outbox_checker.discard import DiscardedHalf, ResumeOutcome, read_discards, resume_discards
+from outbox_checker.display import iso_ms
+from outbox_checker.settings import CheckerSettings
 from rich.table import Table
 
-from checker.discard import DiscardedHalf, ResumeOutcome, read_discards, resume_discards
-from checker.display import iso_ms
-from checker.settings import CheckerSettings
-from outbox.cli_options import OutputFormat, OutputOption, admin_session, print_json
 from outbox.config import KafkaSettings
-from outbox.console import make_console
 from outbox.protocol import Header
-from outbox.settings_cli import kafka_options
+from outbox_cli.console import make_console
+from outbox_cli.options import OutputFormat, OutputOption, admin_session, print_json
+from outbox_cli.settings_flags import kafka_options
 
 discard_app = typer.Typer(
     help="Halves the checker gave up on: list them, put them back to be checked again.",

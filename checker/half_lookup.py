@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 
-from checker.kafka_reader import TopicCursor
+from outbox_checker.kafka_reader import TopicCursor
+
 from outbox.protocol import RawRecord
 
 _READ = 500

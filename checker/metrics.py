@@ -5,9 +5,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from outbox_checker.rules import RoundChunk
 from prometheus_client import Counter, Gauge, Histogram
-
-from checker.rules import RoundChunk
 
 PENDING = Gauge(
     "outbox_checker_pending_halves",

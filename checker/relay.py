@@ -51,13 +51,15 @@ from confluent_kafka import (
 )
 from confluent_kafka import Message as KafkaMessage
 from confluent_kafka.admin import AdminClient
+from outbox_checker import metrics
+from outbox_checker.decision_memory import DecisionMemory, SharedScan
+from outbox_checker.half_lookup import HalfLookup
+from outbox_checker.kafka_reader import TopicCursor, end_offsets, watermarks
+from outbox_checker.membership import Fences, group_consumer_config, is_instance_fenced
+from outbox_checker.settings import CHECKER_DEFAULTS, CheckerSettings
+from outbox_checker.silence import SilenceWatch, close_in_background
+from outbox_checker.watchdog import StuckError, call_with_deadline
 
-from checker import metrics
-from checker.decision_memory import DecisionMemory, SharedScan
-from checker.half_lookup import HalfLookup
-from checker.kafka_reader import TopicCursor, end_offsets, watermarks
-from checker.membership import Fences, group_consumer_config, is_instance_fenced
-from checker.watchdog import StuckError, call_with_deadline
 from outbox.access import is_authorization_failure, principal_of
 from outbox.acked_writer import produce_when_room
 from outbox.errors import (
@@ -79,7 +81,6 @@ from outbox.protocol import (
     real_record_of_half,
 )
 from outbox.protocol.headers import int_header, text_header
-from outbox.silence import SilenceWatch, close_in_background
 from outbox.size_limits import CHECKER_MESSAGE_MAX_BYTES, SizeLimits
 from outbox.topic_catalog import TopicCatalog
 
@@ -142,16 +143,26 @@ class BatchReport:
 
 @dataclass(frozen=True)
 class RelaySettings:
-    """The relay's knobs (fields of :class:`checker.settings.CheckerSettings`)."""
+    """The relay's knobs: :meth:`from_settings`, defaults from :class:`CheckerSettings`."""
 
-    batch: int = 5000
-    memory: int = 200_000
-    transaction_timeout_ms: int = 10_000
+    batch: int = CHECKER_DEFAULTS.relay_batch
+    memory: int = CHECKER_DEFAULTS.relay_memory
+    transaction_timeout_ms: int = CHECKER_DEFAULTS.relay_transaction_timeout_ms
     timeout: float = 30.0
     silence_seconds: float = 10.0
     """Idle this long while its op partitions have undelivered decisions: the consumer is wedged."""
-    session_timeout_ms: int = 6_000
+    session_timeout_ms: int = CHECKER_DEFAULTS.session_timeout_ms
     """The relay consumer's session (:mod:`checker.membership`)."""
+
+    @classmethod
+    def from_settings(cls, settings: CheckerSettings) -> RelaySettings:
+        """The relay of a checker with ``settings``."""
+        return cls(
+            batch=settings.relay_batch,
+            memory=settings.relay_memory,
+            transaction_timeout_ms=settings.relay_transaction_timeout_ms,
+            session_timeout_ms=settings.session_timeout_ms,
+        )
 
     @property
     def transaction_deadline(self) -> float:
@@ -204,6 +215,8 @@ class Relay:
         """Per owned op partition, the offset after the last decision relayed and committed."""
         self._half_ends: dict[int, int] = {}
         """Per half partition, its last stable offset once read: halves below it are readable."""
+        self._stored_ends: dict[int, int] = {}
+        """Per half partition, its high watermark once read (asked only for an op past it)."""
         self._waiting: dict[int, int] = {}
         """Per op partition, the op offset last said to wait for its half (logged once)."""
         self._unrestored: set[int] = set()
@@ -498,7 +511,7 @@ class Relay:
         """Nothing to read: fine, unless committed decisions wait past what was read.
 
         After a broker freeze a librdkafka consumer can stay silent for good
-        (:mod:`outbox.silence`). Idle while an op partition's committed end
+        (:mod:`checker.silence`). Idle while an op partition's committed end
         lies beyond this relay's position, the consumer is replaced; the group
         hands the partitions to the new one, which resumes from the committed
         offsets.
@@ -738,14 +751,15 @@ class Relay:
         _, self._half_ends[partition] = watermarks(self._consumer, tp, self._settings.timeout)
         if decision.half_offset < self._half_ends[partition]:
             return HalfState.READABLE
-        (stored,) = end_offsets(
-            AdminClient(self._client_config),
-            self._topics.half,
-            [partition],
-            IsolationLevel.READ_UNCOMMITTED,
-            self._settings.timeout,
-        ).values()
-        if decision.half_offset < stored:
+        if decision.half_offset >= self._stored_ends.get(partition, 0):
+            (self._stored_ends[partition],) = end_offsets(
+                AdminClient(self._client_config),
+                self._topics.half,
+                [partition],
+                IsolationLevel.READ_UNCOMMITTED,
+                self._settings.timeout,
+            ).values()
+        if decision.half_offset < self._stored_ends[partition]:
             return HalfState.BEHIND_OPEN_TRANSACTION
         return HalfState.NOT_STORED
 

@@ -52,7 +52,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
-from checker.ended import EndedTransactions, HalfIdentity
+from outbox_checker.ended import EndedTransactions, HalfIdentity
+from outbox_checker.settings import CHECKER_DEFAULTS, CheckerSettings
+
 from outbox.protocol import DiscardReason, HalfRecord, MalformedRecordError, OpRecord, RawRecord
 
 log = logging.getLogger(__name__)
@@ -163,19 +165,31 @@ class RoundChunk:
 
 @dataclass(frozen=True)
 class RoundRules:
-    """The knobs the rules read (see :class:`checker.settings.CheckerSettings`)."""
+    """The knobs the rules read: :meth:`from_settings`, defaults from :class:`CheckerSettings`."""
 
-    transaction_timeout_ms: int = 6_000
-    check_max: int = 15
-    max_process_ms: int = 60_000
-    op_read_batch: int = 32
-    max_ops_per_round: int = 20_000
+    transaction_timeout_ms: int = CHECKER_DEFAULTS.transaction_timeout_ms
+    check_max: int = CHECKER_DEFAULTS.check_max
+    max_process_ms: int = CHECKER_DEFAULTS.max_process_ms
+    op_read_batch: int = CHECKER_DEFAULTS.op_read_batch
+    max_ops_per_round: int = CHECKER_DEFAULTS.max_ops_per_round
     """Most ops read per partition per round (bounds the op window's memory)."""
-    retention_ms: int = 72 * 3600 * 1000
+    retention_ms: int = CHECKER_DEFAULTS.retention_ms
     chunk_size: int = 1000
     """Halves settled per chunk (one Kafka transaction each)."""
     pending_scan_limit: int = 10_000
     """Most halves read past the stop point to count what is pending."""
+
+    @classmethod
+    def from_settings(cls, settings: CheckerSettings) -> RoundRules:
+        """The rules a checker with ``settings`` runs its rounds by."""
+        return cls(
+            transaction_timeout_ms=settings.transaction_timeout_ms,
+            check_max=settings.check_max,
+            max_process_ms=settings.max_process_ms,
+            op_read_batch=settings.op_read_batch,
+            max_ops_per_round=settings.max_ops_per_round,
+            retention_ms=settings.retention_ms,
+        )
 
 
 class _OpWindow:

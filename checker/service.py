@@ -20,16 +20,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
+from outbox_checker import metrics
+from outbox_checker.ended import EndedTransactions
+from outbox_checker.kafka_reader import KafkaPartitionReader, TopicCursor, watermarks
+from outbox_checker.membership import Fences, group_consumer_config, is_instance_fenced
+from outbox_checker.relay import Relay, RelaySettings, relay_group, relay_transactional_id
+from outbox_checker.round_writer import FencedError, RoundWriter, decode_checkpoint
+from outbox_checker.rules import RoundRules, iter_round
+from outbox_checker.settings import CheckerSettings
+from outbox_checker.silence import close_in_background
 from tenacity import Retrying, retry_if_exception_type, wait_exponential
 
-from checker import metrics
-from checker.ended import EndedTransactions
-from checker.kafka_reader import KafkaPartitionReader, TopicCursor, watermarks
-from checker.membership import Fences, group_consumer_config, is_instance_fenced
-from checker.relay import Relay, RelaySettings, relay_group, relay_transactional_id
-from checker.round_writer import FencedError, RoundWriter, decode_checkpoint
-from checker.rules import RoundRules, iter_round
-from checker.settings import CheckerSettings
 from outbox.access import connect, is_authorization_failure
 from outbox.admin import TopicSpec, ensure_topics
 from outbox.errors import (
@@ -39,7 +40,6 @@ from outbox.errors import (
     TopicAdminError,
 )
 from outbox.protocol import HalfRecord, OutgoingRecord
-from outbox.silence import close_in_background
 from outbox.topic_catalog import TopicCatalog
 
 log = logging.getLogger(__name__)
@@ -89,14 +89,7 @@ class Checker:
         self.topics = settings.topics
         self._clock = clock
         self._resolver = resolver or _database_resolver(settings, clock)
-        self._rules = RoundRules(
-            transaction_timeout_ms=settings.transaction_timeout_ms,
-            check_max=settings.check_max,
-            max_process_ms=settings.max_process_ms,
-            op_read_batch=settings.op_read_batch,
-            max_ops_per_round=settings.max_ops_per_round,
-            retention_ms=settings.retention_ms,
-        )
+        self._rules = RoundRules.from_settings(settings)
         self._ended = EndedTransactions(settings.ended_cache_size)
         self._owned: dict[int, Checkpoint | None] = {}
         self._assignment_lock = threading.Lock()
@@ -125,6 +118,7 @@ class Checker:
             self.topics,
             TopicCatalog(self._admin, 30.0, settings.principal),
             transaction_timeout_ms=settings.kafka_transaction_timeout_ms,
+            stopping=self._stopping,
         )
 
     # ----------------------------------------------------------- membership
@@ -288,12 +282,7 @@ class Checker:
                 self.topics,
                 group_id=relay_group(settings.group_id),
                 transactional_id=relay_transactional_id(settings.group_id, self._instance),
-                settings=RelaySettings(
-                    batch=settings.relay_batch,
-                    memory=settings.relay_memory,
-                    transaction_timeout_ms=settings.relay_transaction_timeout_ms,
-                    session_timeout_ms=settings.session_timeout_ms,
-                ),
+                settings=RelaySettings.from_settings(settings),
                 now_ms=self._now_ms,
                 instance_id=self._static_id,
             )
@@ -545,7 +534,7 @@ class Checker:
 def _database_resolver(settings: CheckerSettings, clock: Callable[[], float]) -> Resolver | None:
     if not settings.resolve_from_db:
         return None
-    from checker.db_resolver import DatabaseResolver
+    from outbox_checker.db_resolver import DatabaseResolver
 
     return DatabaseResolver(
         settings.resolve_from_db,

@@ -1,6 +1,9 @@
 """The checker's settings: one typed object, every field a flag and an ``OUTBOX_*`` variable.
 
-Defaults are RocketMQ 5.x's (``BrokerConfig``, ``TransactionalMessageServiceImpl``).
+Defaults are RocketMQ 5.x's (``BrokerConfig``, ``TransactionalMessageServiceImpl``),
+written here only: the rounds' :class:`~checker.rules.RoundRules` and the relay's
+:class:`~checker.relay.RelaySettings` are built from these settings
+(``from_settings``), and their own defaults are :data:`CHECKER_DEFAULTS`'.
 """
 
 from __future__ import annotations
@@ -11,21 +14,26 @@ from collections.abc import Mapping
 from pydantic import Field, field_validator
 
 from outbox.config import KafkaSettings
+from outbox.durations import Hours, Milliseconds, Seconds
+from outbox.protocol import TRANSACTION_TIMEOUT_SECONDS
 
 
 class CheckerSettings(KafkaSettings):
     """Everything the checker sidecar can be tuned with."""
 
-    transaction_timeout_seconds: float = Field(
-        6.0, gt=0, description="no check before a half is this old (transactionTimeOut)"
+    transaction_timeout_seconds: Seconds = Field(
+        TRANSACTION_TIMEOUT_SECONDS,
+        gt=0,
+        description="no check before a half is this old (transactionTimeOut); keep it equal to"
+        " the producers'",
     )
     check_max: int = Field(
         15, ge=1, description="checks sent before a half is discarded (transactionCheckMax)"
     )
-    check_interval_seconds: float = Field(
+    check_interval_seconds: Seconds = Field(
         30.0, gt=0, description="pause between check rounds (transactionCheckInterval)"
     )
-    max_process_seconds: float = Field(
+    max_process_seconds: Seconds = Field(
         60.0, gt=0, description="time budget per half partition per round (MAX_PROCESS_TIME_LIMIT)"
     )
     op_read_batch: int = Field(32, ge=1, description="op records read per fill (OP_MSG_PULL_NUMS)")
@@ -35,18 +43,18 @@ class CheckerSettings(KafkaSettings):
         description="most op records read per half partition per round (about 11 MB); past it"
         " a half whose op was not found is asked about (a second answer is harmless)",
     )
-    retention_hours: float = Field(
+    retention_hours: Hours = Field(
         72.0, gt=0, description="older halves are discarded unchecked (fileReservedTime)"
     )
     ended_cache_size: int = Field(
         200_000, ge=1000, description="recently ended transaction ids kept to skip ended copies"
     )
-    op_history_margin_seconds: float = Field(
+    op_history_margin_seconds: Seconds = Field(
         300.0,
         ge=0,
         description="how far before the oldest pending half op history is re-read after a restart",
     )
-    consumer_group: str | None = Field(
+    checker_group: str | None = Field(
         None, description="consumer group of the checker replicas; default '<prefix>.checker'"
     )
     instance_id: str | None = Field(
@@ -57,14 +65,14 @@ class CheckerSettings(KafkaSettings):
         " back at once; default: the pod name under Kubernetes (HOSTNAME, stable for a"
         " StatefulSet), else a random id per process",
     )
-    session_timeout_ms: int = Field(
+    session_timeout_ms: Milliseconds = Field(
         6_000,
         ge=1_000,
         description="Kafka session.timeout.ms of the relay's and the rounds' consumers: a"
         " killed replica's partitions move to the others after this long (the broker's"
         " group.min.session.timeout.ms, 6000 by default, is the floor it accepts)",
     )
-    kafka_transaction_timeout_ms: int = Field(
+    kafka_transaction_timeout_ms: Milliseconds = Field(
         30_000, ge=1000, description="Kafka transaction.timeout.ms of the round writer"
     )
     resolve_from_db: str | None = Field(
@@ -75,7 +83,7 @@ class CheckerSettings(KafkaSettings):
     )
     db_table: str = Field("outbox_transaction_log", description="transaction-log table name")
     db_schema: str | None = Field(None, description="transaction-log table schema")
-    db_grace_seconds: float = Field(
+    db_grace_seconds: Seconds = Field(
         60.0,
         gt=0,
         description="no log row and older than this: ROLLBACK (as the SQL listener's rule)",
@@ -95,16 +103,16 @@ class CheckerSettings(KafkaSettings):
         description="half identities per op partition the relay keeps to recognise a second"
         " decision at once; older ones are looked up in the op history",
     )
-    relay_transaction_timeout_ms: int = Field(
+    relay_transaction_timeout_ms: Milliseconds = Field(
         10_000, ge=1000, description="Kafka transaction.timeout.ms of the relay's producer"
     )
-    start_timeout_seconds: float = Field(
+    start_timeout_seconds: Seconds = Field(
         60.0,
         gt=0,
         description="how long to wait at start for the cluster to answer (a replica started"
         " during a broker restart waits it out) before exiting with an error",
     )
-    health_stall_seconds: float = Field(
+    health_stall_seconds: Seconds = Field(
         120.0,
         gt=0,
         description="/healthz and /readyz answer 503 once no round has completed this long"
@@ -129,7 +137,7 @@ class CheckerSettings(KafkaSettings):
 
     @property
     def group_id(self) -> str:
-        return self.consumer_group or f"{self.topic_prefix}.checker"
+        return self.checker_group or f"{self.topic_prefix}.checker"
 
     @property
     def transaction_timeout_ms(self) -> int:
@@ -142,6 +150,12 @@ class CheckerSettings(KafkaSettings):
     @property
     def max_process_ms(self) -> int:
         return int(self.max_process_seconds * 1000)
+
+
+CHECKER_DEFAULTS = CheckerSettings.model_construct()
+"""Every field at its default, read from no environment: the defaults of the objects
+built from the settings (:class:`~checker.rules.RoundRules`,
+:class:`~checker.relay.RelaySettings`), for tests and benchmarks that build them alone."""
 
 
 def platform_instance_id(environ: Mapping[str, str]) -> str | None:

@@ -33,12 +33,12 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient
+from outbox_checker.kafka_reader import TopicCursor
+from outbox_checker.relay import relay_group
+from outbox_checker.round_writer import decode_checkpoint
 
-from checker.kafka_reader import TopicCursor
-from checker.relay import relay_group
-from checker.round_writer import decode_checkpoint
 from outbox.config import KafkaSettings
-from outbox.errors import KafkaUnavailableError, TopicAdminError
+from outbox.errors import ConfigurationError, KafkaUnavailableError, TopicAdminError
 from outbox.protocol import Header, RawRecord
 
 DEFAULT_SCAN_LIMIT = 100_000
@@ -116,7 +116,7 @@ def read_status(
     :class:`KafkaUnavailableError` when Kafka does not answer.
     """
     if scan_limit < 1:
-        raise ValueError(f"scan limit must be at least 1, got {scan_limit}")
+        raise ConfigurationError(f"scan limit must be at least 1, got {scan_limit}")
     topics = settings.topics
     client = settings.client_config()
     admin = AdminClient(client)

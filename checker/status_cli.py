@@ -10,14 +10,14 @@ from dataclasses import asdict
 from typing import Annotated, Any
 
 import typer
+from outbox_checker.display import format_age
+from outbox_checker.status import DEFAULT_SCAN_LIMIT, CheckerStatus, read_status
 from rich.table import Table
 
-from checker.display import format_age
-from checker.status import DEFAULT_SCAN_LIMIT, CheckerStatus, read_status
-from outbox.cli_options import OutputFormat, OutputOption, admin_session, print_json
-from outbox.config import KafkaSettings
-from outbox.console import make_console
-from outbox.settings_cli import kafka_options
+from outbox.config import KafkaSettings, renamed_variable
+from outbox_cli.console import make_console
+from outbox_cli.options import OutputFormat, OutputOption, admin_session, print_json
+from outbox_cli.settings_flags import kafka_options
 
 
 def status_table(status: CheckerStatus, title: str) -> Table:
@@ -111,7 +111,7 @@ GroupOption = Annotated[
     typer.Option(
         "--checker-group",
         "--group",
-        envvar="OUTBOX_CONSUMER_GROUP",
+        envvar="OUTBOX_CHECKER_GROUP",
         help="Consumer group of the checker replicas; default '<prefix>.checker'.",
         show_default=False,
     ),
@@ -157,7 +157,9 @@ def status(
     settings: KafkaSettings,
 ) -> None:
     """Show the checker's checkpoints and pending halves per half partition."""
-    checker_group = group or f"{settings.topic_prefix}.checker"
+    checker_group = (
+        group or renamed_variable("OUTBOX_CHECKER_GROUP") or f"{settings.topic_prefix}.checker"
+    )
     with admin_session(settings):
         result = read_status(settings, checker_group, scan_limit=scan_limit)
     if output is OutputFormat.JSON:

@@ -15,10 +15,12 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
+from outbox.errors import OutboxError
+
 T = TypeVar("T")
 
 
-class StuckError(Exception):
+class StuckError(OutboxError):
     """The call did not return by its deadline; it goes on in its abandoned thread."""
 
 

@@ -8,6 +8,11 @@ transaction, and a check-back (answered on this service's loop) is a lookup of
 that row. The ``order-created`` event reaches the ``orders`` topic through the
 checker's relay once the order is committed.
 
+``POST /orders/in-request-session`` does the same with the request's own
+session (a FastAPI dependency): ``producer.transaction(...)`` writes the half,
+the handler commits the order in its session with the log row joined to it,
+and the decision follows what the database did.
+
 Run it against a broker with the outbox topics and an ``orders`` topic::
 
     pip install 'kafka-outbox[examples]'
@@ -29,10 +34,10 @@ import asyncio
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Annotated, Any
 
 import sqlalchemy as sa
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -81,6 +86,15 @@ async def create_order(session: AsyncSession, message: Message, order: Order) ->
     return None
 
 
+async def request_session(request: Request) -> AsyncIterator[AsyncSession]:
+    """The request's own database session, as a FastAPI dependency."""
+    async with request.app.state.sessions() as session:
+        yield session
+
+
+RequestSession = Annotated[AsyncSession, Depends(request_session)]
+
+
 def create_app(
     settings: ProducerSettings | None = None,
     database_url: str | None = None,
@@ -96,7 +110,7 @@ def create_app(
         engine = create_async_engine(url)
         async with engine.begin() as connection:
             await connection.run_sync(ORDERS.metadata.create_all)  # the service's own table
-        sessions = async_sessionmaker(engine)
+        sessions = app.state.sessions = async_sessionmaker(engine)
         listener = AsyncSqlTransactionListener(sessions, create_order, group=GROUP)
         await listener.verify()
         try:
@@ -114,6 +128,26 @@ def create_app(
         message = Message(events_topic, order.model_dump_json(), key=order.reference)
         result = await producer.send_message_in_transaction(message, order)
         return _response(result)
+
+    @app.post("/orders/in-request-session")
+    async def place_order_in_request_session(
+        order: Order, request: Request, session: RequestSession
+    ) -> JSONResponse:
+        producer: AsyncTransactionProducer = request.app.state.producer
+        message = Message(events_topic, order.model_dump_json(), key=order.reference)
+        async with producer.transaction(message) as txn, session.begin():
+            await session.execute(
+                ORDERS.insert().values(
+                    reference=order.reference,
+                    total=order.total,
+                    transaction_id=txn.transaction_id,
+                )
+            )
+            await txn.join(session)
+            if order.total <= 0:  # a business rule said no: the session rolls back
+                raise HTTPException(422, "declined: the total must be positive")
+        assert txn.result is not None
+        return _response(txn.result)
 
     return app
 

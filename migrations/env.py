@@ -3,7 +3,8 @@
 ``outbox db upgrade|downgrade|current`` run it with an open connection in
 ``config.attributes["connection"]`` and the table in ``config.attributes``. It
 also works under the plain ``alembic`` command, with a config file whose
-``script_location`` points here and ``-x url=URL [-x table=NAME] [-x schema=NAME]``.
+``script_location`` points here (``outbox_migrations:`` once installed) and
+``-x url=URL [-x table=NAME] [-x schema=NAME]``.
 
 The version table is ``<table>_version``, never ``alembic_version``: the
 application's own Alembic history usually lives in the same database.
@@ -15,8 +16,8 @@ from alembic import context
 from sqlalchemy import pool
 from sqlalchemy.engine import Connection
 
-from migrations.target import resolve
 from outbox.sql.engine import create_engine
+from outbox.sql.migration_target import resolve
 
 config = context.config
 x_arguments = context.get_x_argument(as_dictionary=True)

@@ -7,7 +7,12 @@ shared by every component is in :mod:`outbox.protocol`.
 from importlib.metadata import PackageNotFoundError, version
 
 from outbox.async_producer import AsyncTransactionListener, AsyncTransactionProducer
+from outbox.caller_transaction import CallerTransactionError
+from outbox.durations import DurationError
 from outbox.errors import (
+    ConfigurationError,
+    ConnectionSecurityError,
+    DuplicateInstanceError,
     EndTransactionError,
     HalfWriteError,
     InvalidMessageError,
@@ -15,10 +20,14 @@ from outbox.errors import (
     LateEndRefusedError,
     ListenerMissingError,
     MessageTooLargeError,
+    NotAuthorizedError,
     OutboxError,
     ProducerClosedError,
     ProducerNotStartedError,
     ProducerStateError,
+    QueueFullError,
+    TopicAdminError,
+    TopicMismatchError,
 )
 from outbox.message import (
     EndStatus,
@@ -28,34 +37,76 @@ from outbox.message import (
     TransactionSendResult,
 )
 from outbox.producer import TransactionListener, TransactionProducer
+from outbox.protocol.errors import InvalidNameError, MalformedRecordError, ProtocolError
+from outbox.serialization import MessageSerializationError
 from outbox.settings import ProducerSettings
+from outbox.sql.errors import (
+    CommitOutcomeUnknownError,
+    DatabaseUnavailableError,
+    JoinError,
+    LocalTransactionMisuseError,
+    LocalTransactionRolledBackByCheckError,
+    LocalTransactionTooSlowError,
+    MigrationError,
+    TransactionLogError,
+    TransactionLogMissingError,
+)
 
 try:
     __version__ = version("kafka-outbox")
 except PackageNotFoundError:  # a source tree on sys.path, never installed
     __version__ = "0+unknown"
 
-__all__ = [
+# Grouped as a reader looks for them; every error a public call raises derives from
+# OutboxError (the checker's and the sink's own errors too, in their packages).
+__all__ = [  # noqa: RUF022
+    "__version__",
+    # producing
     "AsyncTransactionListener",
     "AsyncTransactionProducer",
+    "CallerTransactionError",
     "EndStatus",
-    "EndTransactionError",
-    "HalfWriteError",
-    "InvalidMessageError",
-    "KafkaUnavailableError",
-    "LateEndRefusedError",
-    "ListenerMissingError",
     "LocalTransactionState",
     "Message",
-    "MessageTooLargeError",
-    "OutboxError",
-    "ProducerClosedError",
-    "ProducerNotStartedError",
     "ProducerSettings",
-    "ProducerStateError",
     "SendStatus",
     "TransactionListener",
     "TransactionProducer",
     "TransactionSendResult",
-    "__version__",
+    # errors: the root, and settings and the cluster
+    "OutboxError",
+    "ConfigurationError",
+    "DurationError",
+    "DuplicateInstanceError",
+    "KafkaUnavailableError",
+    "ConnectionSecurityError",
+    "NotAuthorizedError",
+    "TopicAdminError",
+    "TopicMismatchError",
+    # errors of a send
+    "ListenerMissingError",
+    "InvalidMessageError",
+    "MessageTooLargeError",
+    "MessageSerializationError",
+    "ProducerStateError",
+    "ProducerNotStartedError",
+    "ProducerClosedError",
+    "QueueFullError",
+    "HalfWriteError",
+    "EndTransactionError",
+    "LateEndRefusedError",
+    # errors of the wire protocol (also ValueErrors)
+    "ProtocolError",
+    "InvalidNameError",
+    "MalformedRecordError",
+    # errors of the SQL transaction log (outbox.sql)
+    "TransactionLogError",
+    "DatabaseUnavailableError",
+    "TransactionLogMissingError",
+    "MigrationError",
+    "CommitOutcomeUnknownError",
+    "LocalTransactionMisuseError",
+    "LocalTransactionTooSlowError",
+    "LocalTransactionRolledBackByCheckError",
+    "JoinError",
 ]

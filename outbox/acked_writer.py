@@ -20,14 +20,10 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from outbox.access import refused_write
-from outbox.errors import OutboxError
+from outbox.errors import OutboxError, QueueFullError
 from outbox.protocol import OutgoingRecord
 
 log = logging.getLogger(__name__)
-
-
-class QueueFullError(Exception):
-    """The client's queue had no room; nothing was enqueued, so trying again is safe."""
 
 
 class Acknowledgement:

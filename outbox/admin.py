@@ -32,6 +32,7 @@ from tenacity import (
 
 from outbox.access import raise_if_configs_refused, raise_if_not_described
 from outbox.errors import (
+    ConfigurationError,
     KafkaUnavailableError,
     TopicAdminError,
     TopicMismatchError,
@@ -136,11 +137,13 @@ def plan_topics(
     for name in real_topics:
         validate_topic_name(name, "real topic")
         if topics.is_internal(name):
-            raise ValueError(f"real topic {name!r} is one of the outbox's own topics")
+            raise ConfigurationError(f"real topic {name!r} is one of the outbox's own topics")
     if partitions < 1:
-        raise ValueError(f"--partitions must be at least 1, got {partitions}")
+        raise ConfigurationError(f"--partitions must be at least 1, got {partitions}")
     if replication_factor is not None and replication_factor < 1:
-        raise ValueError(f"--replication-factor must be at least 1, got {replication_factor}")
+        raise ConfigurationError(
+            f"--replication-factor must be at least 1, got {replication_factor}"
+        )
 
     def spec(name: str, retention_ms: int) -> TopicSpec:
         config = {

@@ -31,18 +31,13 @@ from functools import partial
 from types import TracebackType
 from typing import Any, Protocol, Self
 
-from outbox.acked_writer import AckedWriter, Acknowledgement, QueueFullError, not_acknowledged
-from outbox.errors import OutboxError, ProducerNotStartedError
+from outbox.acked_writer import AckedWriter, Acknowledgement, not_acknowledged
+from outbox.caller_transaction import AsyncCallerTransaction
+from outbox.errors import OutboxError, ProducerNotStartedError, QueueFullError
 from outbox.message import LocalTransactionState, Message, TransactionSendResult
-from outbox.producer import (
-    FittingHalf,
-    LocalTransaction,
-    Step,
-    TopicLookup,
-    TransactionProducer,
-    Write,
-    drive,
-)
+from outbox.producer import TransactionProducer, chosen_settings
+from outbox.send_flow import FittingHalf, LocalTransaction, Step, TopicLookup, Write, drive
+from outbox.serialization import SerializerLike
 from outbox.settings import ProducerSettings
 
 log = logging.getLogger(__name__)
@@ -80,7 +75,7 @@ class _LoopProducer(TransactionProducer):
         )
         # Past the request's time to live the checker has asked again, so a
         # later answer is worth nothing; the thread is freed for the next one.
-        ttl = self.config.check_request_ttl_seconds
+        ttl = self.settings.check_request_ttl_seconds
         try:
             return answer.result(ttl)
         except TimeoutError:
@@ -102,20 +97,40 @@ class AsyncTransactionProducer:
     :meth:`start`) on the loop that will send: check-backs are answered there.
     """
 
+    _core_type: type[_LoopProducer] = _LoopProducer
+    """The threaded producer this one drives (its in-memory twin in :mod:`outbox.testing`)."""
+
     def __init__(
         self,
         group: str,
         listener: AsyncTransactionListener,
-        config: ProducerSettings | None = None,
+        settings: ProducerSettings | None = None,
         check_executor: Executor | None = None,
         *,
+        config: ProducerSettings | None = None,
         clock: Callable[[], float] = time.time,
+        key_serializer: SerializerLike | None = None,
+        value_serializer: SerializerLike | None = None,
     ) -> None:
-        self._core = _LoopProducer(group, listener, config, check_executor, clock=clock)
+        settings = chosen_settings(settings, config)
+        self._core = self._core_type(
+            group,
+            listener,
+            settings,
+            check_executor,
+            clock=clock,
+            key_serializer=key_serializer,
+            value_serializer=value_serializer,
+        )
         self.group = group
         self.listener = listener
-        self.config = self._core.config
+        self.settings = settings
         self.topics = self._core.topics
+
+    @property
+    def config(self) -> ProducerSettings:
+        """:attr:`settings` under its former name."""
+        return self.settings
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -164,6 +179,13 @@ class AsyncTransactionProducer:
             return await drive(core._send_flow(message, arg), self._take)
         finally:
             core._release()
+
+    def transaction(self, message: Message) -> AsyncCallerTransaction:
+        """As :meth:`TransactionProducer.transaction`: ``async with``, ``await txn.join(session)``.
+
+        The session is an ``AsyncSession``; the listener an ``AsyncSqlTransactionListener``.
+        """
+        return AsyncCallerTransaction(self, message)
 
     def _take(self, step: Step) -> Any:
         """What ``step`` gives the flow: at once, or an awaitable the loop waits on."""

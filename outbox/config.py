@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import AliasChoices, Field, ValidationError, field_validator
+from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from outbox.errors import ConfigurationError
@@ -22,6 +23,33 @@ from outbox.protocol import DEFAULT_PREFIX, TopicNames, validate_topic_name
 from outbox.security import KafkaSecurity
 
 BOOTSTRAP_ENV = "OUTBOX_BOOTSTRAP_SERVERS"
+
+RENAMED_VARIABLES: Mapping[str, str] = {
+    "OUTBOX_CHECKER_GROUP": "OUTBOX_CONSUMER_GROUP",
+    "OUTBOX_DB_TABLE": "OUTBOX_TRANSACTION_LOG_TABLE",
+    "OUTBOX_DB_SCHEMA": "OUTBOX_TRANSACTION_LOG_SCHEMA",
+}
+"""Each variable under the one name its setting now has everywhere, and the deprecated
+name it replaces: the checker's group was ``OUTBOX_CONSUMER_GROUP`` though its flag is
+``--checker-group``; ``outbox db`` read ``OUTBOX_TRANSACTION_LOG_TABLE`` and
+``_SCHEMA`` where the checker read ``OUTBOX_DB_TABLE`` and ``_SCHEMA`` for the same table.
+The old name is still read while the new one is unset (:func:`renamed_variable`)."""
+
+log = logging.getLogger(__name__)
+_warned: set[str] = set()
+
+
+def renamed_variable(name: str, environ: Mapping[str, str] = os.environ) -> str | None:
+    """The value of the deprecated variable ``name`` replaces, when ``name`` is unset and
+    the old one set (a deprecation warning is logged, once per process), else None."""
+    old = RENAMED_VARIABLES.get(name)
+    if old is None or name in environ or old not in environ:
+        return None
+    if old not in _warned:
+        _warned.add(old)
+        log.warning("%s is deprecated (read as %s is unset): rename it %s", old, name, name)
+    return environ[old]
+
 
 KAFKA_LOGGER_NAME = "outbox.kafka"
 """The Python logger librdkafka's own log lines go to."""
@@ -82,6 +110,21 @@ class KafkaSettings(KafkaSecurity, _KafkaAddress):  # type: ignore[misc, valid-t
     """Where the cluster is, how to authenticate, which topic prefix, extra client properties."""
 
     model_config = SettingsConfigDict(env_prefix="OUTBOX_", extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed_variables(cls, data: Any) -> Any:
+        """A field neither given nor set under its variable takes the deprecated one."""
+        if not isinstance(data, dict):
+            return data
+        for name in cls.model_fields:
+            if name in data:
+                continue
+            for variable in env_names(cls, name):
+                value = renamed_variable(variable)
+                if value is not None:
+                    data = {**data, name: value}
+        return data
 
     @property
     def topics(self) -> TopicNames:

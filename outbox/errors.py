@@ -91,6 +91,10 @@ class ProducerClosedError(ProducerStateError):
     """``shutdown()`` has been called."""
 
 
+class QueueFullError(OutboxError):
+    """The Kafka client's queue had no room; nothing was enqueued, so trying again is safe."""
+
+
 class HalfWriteError(OutboxError):
     """The half record was not acknowledged; the local transaction did not run."""
 

@@ -20,14 +20,13 @@ import inspect
 import logging
 import threading
 import time
-from collections.abc import Callable, Generator
+import warnings
+from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from contextvars import ContextVar
-from dataclasses import dataclass
-from inspect import isawaitable
 from types import TracebackType
-from typing import Any, Protocol, Self, TypeAlias, TypeVar
+from typing import Any, Protocol, Self, TypeVar
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
@@ -37,9 +36,11 @@ from outbox import metrics, tracing
 from outbox.access import connect, raise_if_group_refused
 from outbox.acked_writer import AckedWriter, Acknowledgement, wait_acknowledged
 from outbox.admin import TopicSpec, ensure_topics, read_topic_states
+from outbox.caller_transaction import CallerTransaction
 from outbox.check_responder import CheckResponder
 from outbox.config import settings_error
 from outbox.errors import (
+    ConfigurationError,
     EndTransactionError,
     HalfWriteError,
     InvalidMessageError,
@@ -70,12 +71,23 @@ from outbox.protocol import (
     new_transaction_id,
     validate_producer_group,
 )
+from outbox.send_flow import (
+    FittingHalf,
+    Flow,
+    LocalTransaction,
+    Step,
+    TopicLookup,
+    Write,
+    run_blocking,
+)
+from outbox.serialization import Serialization, SerializerLike
 from outbox.settings import ProducerSettings
 from outbox.size_limits import SizeLimits
 from outbox.topic_catalog import TopicCatalog, TopicFacts
 from outbox.validation import build_half
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 
 class TransactionListener(Protocol):
@@ -92,100 +104,6 @@ class TransactionListener(Protocol):
     def check_local_transaction(self, message: Message) -> LocalTransactionState:
         """Say whether the local transaction of ``message`` committed (check-back)."""
         ...
-
-
-@dataclass(slots=True)
-class TopicLookup:
-    """Step: the facts of ``topic`` (cached after the first send to it)."""
-
-    topic: str
-
-
-@dataclass(slots=True)
-class FittingHalf:
-    """Step: the half's record, refused if any record it becomes would not fit its topic.
-
-    Needs the limits of the topics the half's records go to (cached after the first).
-    """
-
-    half: HalfRecord
-    half_partition: int
-
-
-@dataclass(slots=True)
-class Write:
-    """Step: hand ``record`` to the client and wait for its acknowledgement until ``deadline``.
-
-    The flow gets the record's (partition, offset); with ``wait=False`` (a
-    oneway op) its :class:`~outbox.acked_writer.Acknowledgement` at once instead.
-    """
-
-    record: OutgoingRecord
-    failure: type[OutboxError]
-    timeout: float
-    deadline: float
-    """``time.monotonic()`` by which the record must be acknowledged."""
-    wait: bool = True
-
-
-@dataclass(slots=True)
-class LocalTransaction:
-    """Step: the listener's ``execute_local_transaction(message, arg)``, its answer or error."""
-
-    message: Message
-    arg: Any
-
-
-Step: TypeAlias = TopicLookup | FittingHalf | Write | LocalTransaction
-_T = TypeVar("_T")
-Flow: TypeAlias = Generator[Step, Any, _T]
-"""A send (or an end) as the steps it waits on, for a driver to carry out."""
-
-
-async def drive(flow: Flow[_T], take: Callable[[Step], Any]) -> _T:
-    """Carry out ``flow``: hand each step's outcome back to it, or the error taking it raised.
-
-    ``take`` returns the outcome, or an awaitable of it (awaited here): an
-    event loop's ``take`` returns the futures it waits on, so the loop runs on
-    meanwhile. A thread carries out a flow with :func:`run_blocking` instead.
-    """
-    try:
-        step = next(flow)
-        while True:
-            try:
-                outcome = take(step)
-                if isawaitable(outcome):
-                    outcome = await outcome
-            except Exception as exc:
-                step = flow.throw(exc)
-            else:
-                step = flow.send(outcome)
-    except StopIteration as finished:
-        return finished.value  # type: ignore[no-any-return]
-    finally:
-        flow.close()
-
-
-def run_blocking(flow: Flow[_T], take: Callable[[Step], Any]) -> _T:
-    """Carry out ``flow`` in this thread, ``take`` blocking until each step's outcome is there.
-
-    :func:`drive` without its coroutine and its awaitable test per step, which
-    were a tenth of a thread's send; the two must hand outcomes and errors back
-    to the flow alike.
-    """
-    try:
-        step = next(flow)
-        while True:
-            try:
-                outcome = take(step)
-            except Exception as exc:
-                step = flow.throw(exc)
-            else:
-                step = flow.send(outcome)
-    except StopIteration as finished:
-        return finished.value  # type: ignore[no-any-return]
-    finally:
-        flow.close()
 
 
 _RESOLUTIONS = {
@@ -220,6 +138,8 @@ class TransactionProducer:
     """Sends messages whose publication is tied to a local transaction.
 
     Thread-safe: any number of threads may call :meth:`send_message_in_transaction`.
+    ``key_serializer`` / ``value_serializer`` turn typed keys and values into
+    bytes for their real topic before the half is written (:mod:`outbox.serialization`).
     """
 
     _awaits_listener = False
@@ -229,22 +149,26 @@ class TransactionProducer:
         self,
         group: str,
         listener: TransactionListener,
-        config: ProducerSettings | None = None,
+        settings: ProducerSettings | None = None,
         check_executor: Executor | None = None,
         *,
+        config: ProducerSettings | None = None,
         clock: Callable[[], float] = time.time,
+        key_serializer: SerializerLike | None = None,
+        value_serializer: SerializerLike | None = None,
     ) -> None:
         validate_producer_group(group)
         _require_listener(listener, awaited=self._awaits_listener)
+        self._serialization = Serialization(key_serializer, value_serializer)
         self.group = group
         self.listener = listener
         self._listener_checked: object = None
-        self.config = config if config is not None else _settings_from_env()
-        self.topics = self.config.topics
+        self.settings = chosen_settings(settings, config)
+        self.topics = self.settings.topics
         self._clock = clock
         self._own_executor = check_executor is None
         self._check_executor = check_executor or ThreadPoolExecutor(
-            self.config.check_threads, thread_name_prefix=f"outbox-check-{group}"
+            self.settings.check_threads, thread_name_prefix=f"outbox-check-{group}"
         )
         self._state_lock = threading.Condition()
         self._started = False
@@ -257,6 +181,11 @@ class TransactionProducer:
         self._responder: CheckResponder | None = None
         self._metrics = metrics.GroupMetrics(group)
 
+    @property
+    def config(self) -> ProducerSettings:
+        """:attr:`settings` under its former name."""
+        return self.settings
+
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> Self:
@@ -266,14 +195,14 @@ class TransactionProducer:
                 raise ProducerClosedError("this producer was shut down; create a new one")
             if self._started:
                 return self
-        timeout = self.config.start_timeout_seconds
-        client_config = self.config.client_config()
-        admin = connect(client_config, self.config, self.config.bootstrap_servers, timeout)
+        timeout = self.settings.start_timeout_seconds
+        client_config = self.settings.client_config()
+        admin = connect(client_config, self.settings, self.settings.bootstrap_servers, timeout)
         try:
             self._inspect_topics(admin, timeout)
         except NotAuthorizedError as exc:
-            raise exc.by(self.config.principal) from None
-        self._catalog = TopicCatalog(admin, timeout, self.config.principal)
+            raise exc.by(self.settings.principal) from None
+        self._catalog = TopicCatalog(admin, timeout, self.settings.principal)
         self._limits = SizeLimits(self._catalog, client_config)
         try:
             self._writer = AckedWriter(client_config)
@@ -284,8 +213,8 @@ class TransactionProducer:
                 producer_group=self.group,
                 answer=self._answer_check,
                 executor=self._check_executor,
-                capacity=self.config.check_threads + self.config.check_queue_size,
-                ttl_ms=self.config.check_request_ttl_seconds * 1000,
+                capacity=self.settings.check_threads + self.settings.check_queue_size,
+                ttl_ms=self.settings.check_request_ttl_seconds * 1000,
                 now_ms=self._now_ms,
             )
             self._responder.start()
@@ -377,6 +306,16 @@ class TransactionProducer:
         finally:
             self._release()
 
+    def transaction(self, message: Message) -> CallerTransaction:
+        """The send with the caller's own database transaction as its local transaction.
+
+        ``with producer.transaction(message) as txn:`` writes the half on entry;
+        ``txn.join(session)`` puts the log row into the caller's SQLAlchemy
+        session; the decision follows what the database did with it
+        (:mod:`outbox.caller_transaction`). Needs a ``SqlTransactionListener``.
+        """
+        return CallerTransaction(self, message)
+
     def _admit(self) -> None:
         """Count a send as under way (shutdown waits for it), if the producer takes sends.
 
@@ -437,7 +376,7 @@ class TransactionProducer:
         """
         transaction_id = getattr(message, "transaction_id", None) or new_transaction_id()
         half = build_half(
-            message,
+            self._serialization.encoded(message),
             group=self.group,
             topics=self.topics,
             transaction_id=transaction_id,
@@ -484,7 +423,7 @@ class TransactionProducer:
     def _write(
         self, record: OutgoingRecord, failure: type[OutboxError], wait: bool = True
     ) -> Write:
-        timeout = self.config.send_timeout_seconds
+        timeout = self.settings.send_timeout_seconds
         return Write(record, failure, timeout, time.monotonic() + timeout, wait)
 
     def _local_transaction(
@@ -582,7 +521,7 @@ class TransactionProducer:
             origin_offset=origin_offset,
         )
         started = time.monotonic()
-        oneway = origin == "send" and self.config.end_oneway
+        oneway = origin == "send" and self.settings.end_oneway
         try:
             written = yield self._write(op.to_record(self.topics), EndTransactionError, not oneway)
         except EndTransactionError as exc:
@@ -599,9 +538,9 @@ class TransactionProducer:
 
     def _seconds_left_to_end(self, half: HalfRecord) -> float:
         """Time left before RocketMQ 5.1.1 would refuse this producer's own end."""
-        window = max(float(half.immunity_seconds or 0), self.config.transaction_timeout_seconds)
+        window = max(float(half.immunity_seconds or 0), self.settings.transaction_timeout_seconds)
         age = self._clock() - half.born_ms / 1000
-        return window - self.config.late_end_margin_seconds - age
+        return window - self.settings.late_end_margin_seconds - age
 
     def _answer_check(self, request: CheckRequest) -> None:
         """Run on the check executor: ask the listener, write its answer as an op on the copy.
@@ -753,7 +692,22 @@ def _child_span(
     return tracing.span(name, attributes=attributes)
 
 
-def _settings_from_env() -> ProducerSettings:
+def chosen_settings(
+    settings: ProducerSettings | None, config: ProducerSettings | None
+) -> ProducerSettings:
+    """The producer's settings: ``settings``, or ``config`` (its former name, still
+    accepted with a ``DeprecationWarning``), else read from the environment."""
+    if config is not None:
+        if settings is not None:
+            raise ConfigurationError("give settings= only: config= is its former name")
+        warnings.warn(
+            "the producer's config= parameter is now settings=",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        settings = config
+    if settings is not None:
+        return settings
     try:
         return ProducerSettings()  # type: ignore[call-arg]
     except ValidationError as exc:

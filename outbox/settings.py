@@ -9,18 +9,21 @@ from __future__ import annotations
 from pydantic import Field
 
 from outbox.config import KafkaSettings
+from outbox.durations import Seconds
+from outbox.protocol import TRANSACTION_TIMEOUT_SECONDS
 
 
 class ProducerSettings(KafkaSettings):
     """Everything a :class:`~outbox.producer.TransactionProducer` can be tuned with."""
 
-    transaction_timeout_seconds: float = Field(
-        6.0,
+    transaction_timeout_seconds: Seconds = Field(
+        TRANSACTION_TIMEOUT_SECONDS,
         gt=0,
         description="age before the checker may check a half (RocketMQ transactionTimeOut);"
-        " the producer stops ending its own transactions shortly before it",
+        " the producer stops ending its own transactions shortly before it; keep it equal to"
+        " the checker's",
     )
-    late_end_margin_seconds: float = Field(
+    late_end_margin_seconds: Seconds = Field(
         1.0, ge=0, description="safety margin before the transaction timeout for own ends"
     )
     end_oneway: bool = Field(
@@ -32,13 +35,13 @@ class ProducerSettings(KafkaSettings):
     check_queue_size: int = Field(
         2000, ge=1, description="check requests waiting for a thread (RocketMQ: 2000)"
     )
-    check_request_ttl_seconds: float = Field(
+    check_request_ttl_seconds: Seconds = Field(
         60.0, gt=0, description="check requests older than this are dropped; the checker re-asks"
     )
-    start_timeout_seconds: float = Field(
+    start_timeout_seconds: Seconds = Field(
         10.0, gt=0, description="how long start() waits for the cluster to answer"
     )
-    send_timeout_seconds: float = Field(
+    send_timeout_seconds: Seconds = Field(
         30.0,
         gt=0,
         description="how long a send waits for its half ack, and again for its decision op",

@@ -11,17 +11,26 @@ that one command or group to ``parent``.
 Errors the outbox raises on purpose (bad settings, an unreachable cluster,
 mismatched topics, malformed records) end the command with their message and
 exit code 1, not a traceback (``OUTBOX_DEBUG=1`` shows it).
+
+The package also holds what the commands share, out of the library a service
+imports: the flags generated from settings objects (:mod:`outbox_cli.settings_flags`),
+the connection and output options (:mod:`outbox_cli.options`), the one-line errors
+(:mod:`outbox_cli.errors`), the console, and the core's own commands (``topics``,
+``acls``, ``db``). The checker's and the sink's command modules import them, so the
+command tree (:data:`app`) is built on first use, never while this package is imported.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from importlib.metadata import EntryPoint, entry_points
 
 import typer
 
 import outbox
-from outbox.cli_errors import PlainErrorsGroup, run_program
+from outbox_cli.errors import PlainErrorsGroup, run_program
+from outbox_cli.help_layout import fold_long_names
 
 COMMANDS_GROUP = "kafka_outbox.commands"
 
@@ -71,6 +80,7 @@ def build_app(entries: Iterable[EntryPoint] | None = None) -> typer.Typer:
     Two packages claiming one name, or an entry that adds another name than its
     own, is an error at start-up rather than one command silently hiding the other.
     """
+    fold_long_names()
     app = typer.Typer(
         name="outbox",
         help="Transactional outbox on Kafka: topics, checker, sink, and the installed tooling.",
@@ -93,8 +103,17 @@ def build_app(entries: Iterable[EntryPoint] | None = None) -> typer.Typer:
     return app
 
 
-app = build_app()
+@functools.cache
+def _installed_app() -> typer.Typer:
+    return build_app()
+
+
+def __getattr__(name: str) -> typer.Typer:
+    """``outbox_cli.app``: the ``outbox`` command with the installed sub-commands."""
+    if name == "app":
+        return _installed_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main() -> None:
-    run_program(app)
+    run_program(_installed_app())

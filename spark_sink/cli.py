@@ -5,7 +5,7 @@ also installed where Spark is not (the checker's image), and ``outbox --help``
 should stay fast. Spark is imported when the sink actually runs.
 
 The sink's flags are generated from :class:`~spark_sink.settings.SinkSettings`
-(:mod:`outbox.settings_cli`), one per field and each also the field's
+(:mod:`outbox_cli.settings_flags`), one per field and each also the field's
 variables, so they cannot drift from the settings; only the spellings users
 already type are named here.
 """
@@ -16,8 +16,8 @@ import sys
 
 import typer
 
-from outbox.cli_errors import run_program
-from outbox.settings_cli import KAFKA_PROPERTY_FLAGS, FlagNames, settings_command
+from outbox_cli.errors import run_program
+from outbox_cli.settings_flags import KAFKA_PROPERTY_FLAGS, FlagNames, settings_command
 from spark_sink.errors import SparkJarsError
 from spark_sink.progress import BatchProgress
 from spark_sink.settings import SinkSettings

@@ -27,7 +27,7 @@ import os
 import re
 from pathlib import Path
 
-from spark_sink import maven
+from outbox import maven
 from spark_sink.errors import SparkJarsError
 
 SCALA_VERSION = "2.13"

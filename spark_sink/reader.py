@@ -30,6 +30,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from outbox.errors import ConfigurationError
 from outbox.protocol import Header
 from outbox.protocol.records import MAX_TRANSACTION_ID_LENGTH
 
@@ -78,24 +79,25 @@ def kafka_source_options(
     ``options`` are Spark Kafka source options (``startingOffsets``,
     ``failOnDataLoss``, ``maxOffsetsPerTrigger``, ``kafka.<client property>``,
     ...). Trying to turn off ``read_committed`` or the headers, or to name the
-    topics a second way, is a ``ValueError``: the outbox's guarantees rest on them.
+    topics a second way, is a :class:`~outbox.errors.ConfigurationError` (a
+    ``ValueError``): the outbox's guarantees rest on them.
     """
     if isinstance(topics, str):
         topics = [t.strip() for t in topics.split(",") if t.strip()]
     if bool(topics) == bool(pattern):
-        raise ValueError("give exactly one of topics and pattern")
+        raise ConfigurationError("give exactly one of topics and pattern")
     result: dict[str, str] = {"startingOffsets": "earliest"}
     for name, value in options.items():
         text = _option_text(value)
         lowered = name.lower()
         if lowered in _SOURCE_OPTIONS:
-            raise ValueError(
+            raise ConfigurationError(
                 f"option {name!r} is set by read_outbox_events; pass bootstrap_servers, "
                 "topics or pattern instead"
             )
         fixed = _FIXED_OPTIONS.get(lowered)
         if fixed is not None and text.lower() != fixed:
-            raise ValueError(
+            raise ConfigurationError(
                 f"option {name}={text!r} would break the outbox's guarantees; it is always {fixed}"
             )
         result[name] = text

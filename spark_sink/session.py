@@ -19,7 +19,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from spark_sink import maven
+from outbox import maven
 from spark_sink.errors import SparkJarsError
 from spark_sink.jars import connector_coordinates, delta_coordinates, delta_jars, spark_kafka_jars
 

@@ -16,36 +16,9 @@ from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from outbox.config import normalize_bootstrap_servers
+from outbox.durations import Seconds
 from outbox.protocol import DEFAULT_PREFIX, TopicNames, validate_topic_name
 from outbox.security import shared_security
-
-_DURATION = re.compile(
-    r"^\s*(?P<number>\d+(?:\.\d+)?)\s*(?P<unit>ms|milliseconds?|s|secs?|seconds?|m|mins?|"
-    r"minutes?|h|hours?|d|days?)?\s*$",
-    re.IGNORECASE,
-)
-_UNIT_SECONDS = {"ms": 0.001, "mi": 60.0, "m": 60.0, "s": 1.0, "h": 3600.0, "d": 86400.0}
-
-
-def parse_duration(text: str | float | int) -> float:
-    """``"10s"``, ``"500ms"``, ``"2 minutes"``, ``"1h"``, ``"1d"`` or plain seconds → seconds."""
-    if isinstance(text, int | float):
-        seconds = float(text)
-    else:
-        match = _DURATION.match(str(text))
-        if match is None:
-            raise ValueError(f"{text!r} is not a duration such as 500ms, 10s, 5m, 1h or 1d")
-        unit = (match["unit"] or "s").lower()
-        if unit.startswith("milli") or unit == "ms":
-            factor = _UNIT_SECONDS["ms"]
-        elif unit.startswith("min"):
-            factor = _UNIT_SECONDS["mi"]
-        else:
-            factor = _UNIT_SECONDS[unit[0]]
-        seconds = float(match["number"]) * factor
-    if seconds < 0:
-        raise ValueError(f"duration {text!r} is negative")
-    return seconds
 
 
 def spark_interval(seconds: float) -> str:
@@ -75,8 +48,8 @@ class _SinkFields(BaseSettings):
         "parquet", description="table format: parquet, delta (Delta Lake), or a Spark file source"
     )
     once: bool = Field(False, description="read what is there now (available-now trigger), stop")
-    trigger: float = Field(
-        10.0, ge=0, description="seconds between micro-batches in continuous mode ('10s', '1m')"
+    trigger: Seconds = Field(
+        10.0, ge=0, description="time between micro-batches in continuous mode"
     )
     starting_offsets: str = Field(
         "earliest", description="where a new checkpoint starts: earliest, latest or Spark's JSON"
@@ -89,16 +62,15 @@ class _SinkFields(BaseSettings):
         description="de-duplication by transaction id: window (state), merge (against the "
         "Delta table, no time bound) or off; auto is merge for delta, else window",
     )
-    dedup_window: float = Field(
+    dedup_window: Seconds = Field(
         3600.0,
         gt=0,
-        description="seconds (ingestion time) a transaction id is remembered ('30m', '1h', '7d')",
+        description="how long (ingestion time) a transaction id is remembered",
     )
-    dedup_lookback: float = Field(
+    dedup_lookback: Seconds = Field(
         7 * 86400.0,
         gt=0,
-        description="merge: how far before a batch's earliest date the MERGE looks for a copy "
-        "('7d', '30d')",
+        description="merge: how far before a batch's earliest date the MERGE looks for a copy",
     )
     max_offsets_per_trigger: int | None = Field(
         None, ge=1, description="cap on records per micro-batch (all available when unset)"
@@ -131,7 +103,7 @@ class _SinkFields(BaseSettings):
     spark_conf: dict[str, str] = Field(
         default_factory=dict, description="extra Spark configuration (JSON object)"
     )
-    kafka_timeout_seconds: float = Field(
+    kafka_timeout_seconds: Seconds = Field(
         30.0, gt=0, description="how long the start-up check waits for the brokers"
     )
     app_name: str = Field("outbox-sink", description="Spark application name")
@@ -171,11 +143,6 @@ class _SinkFields(BaseSettings):
             except re.error as exc:
                 raise ValueError(f"pattern {value!r} is not a regular expression: {exc}") from None
         return value
-
-    @field_validator("trigger", "dedup_window", "dedup_lookback", mode="before")
-    @classmethod
-    def _durations(cls, value: Any) -> float:
-        return parse_duration(value)
 
     @field_validator(
         "output", "checkpoint", "format", "starting_offsets", "app_name", "group_id_prefix"

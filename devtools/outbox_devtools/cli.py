@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from outbox.settings_cli import settings_command
+from outbox_cli.settings_flags import settings_command
 from outbox_devtools.chaos.settings import ChaosSettings
 
 
@@ -27,7 +27,7 @@ def register_demo(app: typer.Typer) -> None:
 
 
 def _run_chaos(settings: ChaosSettings) -> None:
-    from outbox.console import make_console
+    from outbox_cli.console import make_console
     from outbox_devtools.chaos.run import run as run_chaos
 
     sys.exit(run_chaos(make_console(), settings))

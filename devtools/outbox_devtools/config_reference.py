@@ -20,11 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from outbox_checker.settings import CheckerSettings
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings
 
-from checker.settings import CheckerSettings
-from outbox.config import KafkaSettings, env_names
+from outbox.config import RENAMED_VARIABLES, KafkaSettings, env_names
+from outbox.durations import duration_unit, format_duration, in_seconds
 from outbox.settings import ProducerSettings
 from outbox_devtools.chaos.settings import ChaosSettings
 from spark_sink.settings import SinkSettings
@@ -67,7 +68,7 @@ COMPONENTS: tuple[Component, ...] = (
     ),
     Component(
         "Checker: `outbox checker`",
-        "`checker.settings.CheckerSettings`; its flags are generated from the fields.",
+        "`outbox_checker.settings.CheckerSettings`; its flags are generated from the fields.",
         CheckerSettings,
         commands=(("checker",),),
         other_options=True,
@@ -205,7 +206,7 @@ def _field_row(name: str, info: FieldInfo, variables: list[str], params: list[An
     return Row(
         field=_code(name),
         flags=_flags(params),
-        env=", ".join(_code(var) for var in env),
+        env=_env_cell(env),
         default=_field_default(info),
         description=_text(info.description),
     )
@@ -220,7 +221,7 @@ def _option_row(param: Any, paths: list[tuple[str, ...]], command_count: int) ->
     return Row(
         field="",
         flags=_flags([param]),
-        env=", ".join(_code(var) for var in _envvars(param)),
+        env=_env_cell(_envvars(param)),
         default=default,
         description=description,
     )
@@ -230,6 +231,15 @@ def _flags(params: list[Any]) -> str:
     """Every spelling of the options, ``--fail-on-data-loss, --no-fail-on-data-loss``."""
     names = _unique(opt for param in params for opt in (*param.opts, *param.secondary_opts))
     return ", ".join(_code(name) for name in names)
+
+
+def _env_cell(variables: Iterable[str]) -> str:
+    """The variables, each with the deprecated name it replaces (still read)."""
+    return ", ".join(
+        _code(var)
+        + (f" (deprecated: {_code(RENAMED_VARIABLES[var])})" if var in RENAMED_VARIABLES else "")
+        for var in variables
+    )
 
 
 def _envvars(param: Any) -> list[str]:
@@ -246,6 +256,9 @@ def _field_default(info: FieldInfo) -> str:
     if info.repr is False:
         # Secrets (SASL passwords, ...) are never shown, not even a default.
         return "empty" if not default else "set, not shown"
+    unit = duration_unit(info.metadata)
+    if unit is not None and isinstance(default, int | float):
+        return _code(format_duration(in_seconds(default, unit)))
     return _value(default)
 
 

@@ -36,13 +36,13 @@ from sqlalchemy.orm import sessionmaker
 
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
 from outbox.config import kafka_client_config
-from outbox.console import make_console
 from outbox.message import EndStatus, Message
 from outbox.producer import TransactionProducer
 from outbox.protocol import RealRecord, TopicNames
 from outbox.reading import read_topic
 from outbox.settings import ProducerSettings
 from outbox.sql import SqlTransactionListener, create_engine, upgrade
+from outbox_cli.console import make_console
 from outbox_devtools.demo_crash import GROUP, log_errors_only, place_order
 from outbox_devtools.kafka import LocalKafka, ensure_kafka_jars
 

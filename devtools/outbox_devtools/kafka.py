@@ -32,9 +32,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from outbox import maven
 from outbox_devtools import processes
 from outbox_devtools.secure_kafka import BrokerSecurity
-from spark_sink import maven
 
 KAFKA_VERSION = "4.1.1"
 SCALA_VERSION = "2.13"

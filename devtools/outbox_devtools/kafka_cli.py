@@ -14,6 +14,7 @@ from typing import Annotated
 
 import typer
 
+from outbox_cli.settings_flags import duration_option
 from outbox_devtools import processes
 from outbox_devtools.kafka import (
     KAFKA_VERSION,
@@ -49,10 +50,13 @@ def start(
     nodes: Annotated[
         int,
         typer.Option(
-            help="1, or 3-5 for a cluster (static quorum, 3 copies, min.insync.replicas=2)."
+            "--brokers",
+            "--nodes",
+            help="1, or 3-5 for a cluster (static quorum, 3 copies, min.insync.replicas=2);"
+            " as `outbox chaos --brokers`.",
         ),
     ] = 1,
-    timeout: Annotated[float, typer.Option(help="Seconds to wait for readiness.")] = 90.0,
+    timeout: Annotated[float, duration_option(help="How long to wait for readiness")] = 90.0,
     secure: Annotated[
         bool,
         typer.Option(
@@ -131,7 +135,7 @@ def _pids(state: dict[str, object]) -> str:
 
 @kafka_app.command()
 def stop(
-    grace: Annotated[float, typer.Option(help="Seconds after SIGTERM before SIGKILL.")] = 30.0,
+    grace: Annotated[float, duration_option(help="How long after SIGTERM before SIGKILL")] = 30.0,
 ) -> None:
     """Stop the broker (every node of the cluster) that `start` recorded."""
     state = running_state()

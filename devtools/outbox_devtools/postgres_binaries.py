@@ -20,8 +20,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from outbox.maven import cache_dir
 from outbox_devtools import processes
-from spark_sink.maven import cache_dir
 
 SERVER_PACKAGE = "postgresql"
 """The Debian/Ubuntu package that carries ``initdb`` and ``postgres``."""

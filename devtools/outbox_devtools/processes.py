@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from spark_sink.maven import cache_dir
+from outbox.maven import cache_dir
 
 _PR_SET_PDEATHSIG = 1
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from migrations.target import current
+from outbox.sql.migration_target import current
 
 revision = "0001"
 down_revision = None

@@ -20,7 +20,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from migrations.target import current
+from outbox.sql.migration_target import current
 
 revision = "0002"
 down_revision = "0001"

@@ -1,7 +1,8 @@
 """The outbox wire protocol, defined once and imported by every component.
 
 Topic naming (:mod:`.topics`), header names (:mod:`.headers`), the record kinds
-and their codecs (:mod:`.records`), and partition pairing (:mod:`.partitioning`).
+and their codecs (:mod:`.records`), partition pairing (:mod:`.partitioning`), and
+the times producer and checker agree on (:mod:`.timing`).
 """
 
 from outbox.protocol.errors import InvalidNameError, MalformedRecordError, ProtocolError
@@ -24,6 +25,7 @@ from outbox.protocol.records import (
     real_record_of_half,
     validate_transaction_id,
 )
+from outbox.protocol.timing import TRANSACTION_TIMEOUT_SECONDS
 from outbox.protocol.topics import (
     DEFAULT_PREFIX,
     TopicNames,
@@ -34,6 +36,7 @@ from outbox.protocol.topics import (
 __all__ = [
     "DEFAULT_PREFIX",
     "RESERVED_HEADER_PREFIX",
+    "TRANSACTION_TIMEOUT_SECONDS",
     "CheckRequest",
     "Decision",
     "DiscardReason",

@@ -8,9 +8,11 @@ unhandled exception that stalls a partition.
 
 from __future__ import annotations
 
+from outbox.errors import OutboxError
 
-class ProtocolError(ValueError):
-    """Base of everything the protocol module rejects."""
+
+class ProtocolError(OutboxError, ValueError):
+    """Base of everything the protocol module rejects (also a ``ValueError``: bad input)."""
 
 
 class InvalidNameError(ProtocolError):

@@ -32,6 +32,7 @@ _EXPORTS = {
     "MigrationError": "errors",
     "TransactionLogError": "errors",
     "TransactionLogMissingError": "errors",
+    "JoinError": "errors",
     "DEFAULT_GRACE_SECONDS": "listener",
     "BusinessFunction": "listener",
     "SqlTransactionListener": "listener",
@@ -60,6 +61,7 @@ __all__ = [
     "BusinessFunction",
     "CommitOutcomeUnknownError",
     "DatabaseUnavailableError",
+    "JoinError",
     "LocalTransactionMisuseError",
     "LocalTransactionRolledBackByCheckError",
     "LocalTransactionTooSlowError",
@@ -94,6 +96,7 @@ if TYPE_CHECKING:
     from outbox.sql.errors import (
         CommitOutcomeUnknownError,
         DatabaseUnavailableError,
+        JoinError,
         LocalTransactionMisuseError,
         LocalTransactionRolledBackByCheckError,
         LocalTransactionTooSlowError,

@@ -55,3 +55,7 @@ class LocalTransactionRolledBackByCheckError(TransactionLogError):
     slower than it, or the checking host's clock runs ahead) and recorded its
     answer in the log; committing now would leave a change with no event.
     """
+
+
+class JoinError(TransactionLogError):
+    """``txn.join(session)`` cannot put the log row into that session; nothing was joined."""

@@ -46,7 +46,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, ProgrammingError
 from sqlalchemy.orm import Session, SessionTransaction
 
-from outbox.errors import ConfigurationError
+from outbox.errors import ConfigurationError, InvalidMessageError
 from outbox.message import LocalTransactionState, Message
 from outbox.producer import record_local_transaction_error
 from outbox.protocol import validate_producer_group
@@ -57,6 +57,7 @@ from outbox.sql.errors import (
     LocalTransactionRolledBackByCheckError,
     LocalTransactionTooSlowError,
 )
+from outbox.sql.joined import JoinedSession
 from outbox.sql.log import (
     DEFAULT_TABLE,
     REVISION_0002_COLUMNS,
@@ -207,7 +208,7 @@ class TransactionLogCheck(TransactionLogRule):
 
 
 _Factory = TypeVar("_Factory", bound=Callable[[], Any])
-_Business = TypeVar("_Business", bound=Callable[..., object])
+_Business = TypeVar("_Business", bound=Callable[..., object] | None)
 
 
 class TransactionLogListener(Generic[_Factory, _Business]):
@@ -234,8 +235,10 @@ class TransactionLogListener(Generic[_Factory, _Business]):
         clock: Callable[[], float] = time.time,
     ) -> None:
         validate_producer_group(group)
-        if not callable(session_factory) or not callable(business):
-            raise ConfigurationError("session_factory and business must be callables")
+        if not callable(session_factory) or not (business is None or callable(business)):
+            raise ConfigurationError(
+                "session_factory must be a callable, and business a callable or None"
+            )
         self.group = group
         self.target = LogTarget(table, schema)
         self._check = TransactionLogRule(self.target, grace_seconds=grace_seconds, clock=clock)
@@ -245,6 +248,15 @@ class TransactionLogListener(Generic[_Factory, _Business]):
         self._clock = clock
         self._table = transaction_log_table(self.target.table, self.target.schema)
         self._lookup = lookup_statement(self._table)
+
+    def join_caller_transaction(self, session: Session, message: Message) -> JoinedSession:
+        """Put the half's log row into the caller's ``session``; watch what its transaction does.
+
+        Used by ``txn.join(session)`` of ``producer.transaction(...)``
+        (:mod:`outbox.caller_transaction`): the row is this listener's, so its
+        check-backs answer for it.
+        """
+        return JoinedSession(session, message, self)
 
     def _verify_on(self, session: Session) -> None:
         try:
@@ -263,7 +275,14 @@ class TransactionLogListener(Generic[_Factory, _Business]):
         """Run ``business`` and insert the log row in one database transaction on ``session``."""
         transaction_id = message.transaction_id
         if not transaction_id:
-            raise ValueError("the message has no transaction_id: send it through a producer")
+            raise InvalidMessageError(
+                "the message has no transaction_id: send it through a producer"
+            )
+        if self._business is None:
+            raise ConfigurationError(
+                "this listener has no business function: send with producer.transaction(...) "
+                "and txn.join(session), or give the listener one"
+            )
         stage = "business"
         try:
             transaction = session.begin()

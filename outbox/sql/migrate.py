@@ -1,10 +1,14 @@
 """``outbox db upgrade|downgrade|current``: Alembic's Python API, configured in code.
 
 No ``alembic.ini`` is needed: the Config is built here, with
-``script_location`` pointing at the installed :mod:`migrations` package (it
-ships in the wheel, templates included), and the table name and schema passed
-through ``config.attributes``. The connection is opened here too, so an
-unreachable database or a bad URL is one clear error, not an Alembic traceback.
+``script_location`` pointing at the Alembic scripts (the repository's
+``migrations/`` folder, installed as the package ``outbox_migrations``,
+templates included), and the table name and schema passed through
+``config.attributes``. The scripts are found by that unique name, never by a
+bare ``migrations``: a service running from a root that holds its own
+``migrations/`` (Flask-Migrate's layout) would get its own instead. The
+connection is opened here too, so an unreachable database or a bad URL is one
+clear error, not an Alembic traceback.
 """
 
 from __future__ import annotations
@@ -23,14 +27,14 @@ from alembic.util.exc import CommandError
 from sqlalchemy import pool
 from sqlalchemy.engine import URL, Connection, Engine
 
-import migrations
-from migrations.target import SCHEMA_ATTRIBUTE, TABLE_ATTRIBUTE
+import outbox_migrations
 from outbox.errors import ConfigurationError
 from outbox.sql.engine import connect, create_engine, describe_url
 from outbox.sql.errors import MigrationError
 from outbox.sql.log import LogTarget
+from outbox.sql.migration_target import SCHEMA_ATTRIBUTE, TABLE_ATTRIBUTE
 
-MIGRATIONS_DIR = Path(migrations.__file__).resolve().parent
+MIGRATIONS_DIR = Path(outbox_migrations.__file__).resolve().parent
 
 
 @dataclass(frozen=True)

@@ -74,7 +74,8 @@ def test_a_short_chaos_run_loses_nothing_and_shows_nothing_rolled_back(
     last = result.stdout.strip().splitlines()[-1]
     found = re.fullmatch(
         rf"chaos: seed={SEED} transactions=(\d+) committed=(\d+) lost=0 phantom=0 "
-        r"duplicates_in_sink=0 raw_duplicates=(\d+) pending=0 publication_stall_s=([\d.]+)",
+        r"duplicates_in_sink=0 raw_duplicates=(\d+) pending=0 orphans_published=0 "
+        r"publication_stall_s=([\d.]+)",
         last,
     )
     assert found, last
@@ -90,6 +91,8 @@ def test_a_short_chaos_run_loses_nothing_and_shows_nothing_rolled_back(
     )
     for fault in faults:
         assert fault in output, f"the fault {fault!r} never fired"
+    orphaned = re.search(r"orphaned attempts of reused ids \(halves\)\s*│\s*(\d+)", output)
+    assert orphaned and int(orphaned.group(1)) > 0, "no transaction id was reused"
     # The database answers the checks with --resolve-from-db: no producer is ever asked.
     answered = re.findall(r"kill -9 producer \d+ while it answered a check", output)
     if answers == "producers":
@@ -99,12 +102,14 @@ def test_a_short_chaos_run_loses_nothing_and_shows_nothing_rolled_back(
         assert answered or "no check seen" in output, "the answering-producer fault never ran"
     else:
         assert not answered and "no check asked" in output
+    mid_chunk = re.findall(r"kill -9 checker \d+ inside a chunk's transaction", output)
+    assert mid_chunk or "no chunk seen" in output, "the mid-chunk checker kill never ran"
     comebacks = re.findall(
         r"(producer \d+|checker \d+|all checkers|broker|node \d+[^\n]*?|every node) back \(",
         output,
     )
     cluster_faults = 3 if brokers > 1 else 0
-    assert len(comebacks) == 6 + cluster_faults + len(answered), (
+    assert len(comebacks) == 6 + cluster_faults + len(answered) + len(mid_chunk), (
         f"every killed or frozen process must have come back: {comebacks}"
     )
     stalls = re.findall(r"│ +(\d+\.\d)s │\n", output)

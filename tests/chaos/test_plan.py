@@ -134,3 +134,13 @@ def test_cluster_faults_say_whom_they_strike():
         "kill -9 relay coordinator of checker #"
     )
     assert described[FaultKind.FREEZE_BROKER].startswith("freeze broker node ")
+
+
+def test_mid_chunk_kills_strike_a_checker_and_leave_the_older_faults_where_they_were():
+    for sizes in (SIZES, {**SIZES, **CLUSTER, "rolling_restarts": 1, "coordinator_kills": 1}):
+        older = fault_plan(2, broker_restarts=1, **sizes)
+        plan = fault_plan(2, broker_restarts=1, mid_chunk_kills=2, **sizes)
+        kills = [f for f in plan if f.kind is FaultKind.KILL_CHECKER_MID_CHUNK]
+        assert len(kills) == 2 and all(0 <= f.target < 2 for f in kills)
+        assert [f for f in plan if f not in kills] == older
+        assert kills[0].describe().startswith("kill -9 checker mid-chunk #")

@@ -37,7 +37,7 @@ def test_a_clean_run_has_no_failures():
     assert verdict.failures == []
     assert verdict.line() == (
         "chaos: seed=1 transactions=2 committed=1 lost=0 phantom=0 duplicates_in_sink=0 "
-        "raw_duplicates=0 pending=0"
+        "raw_duplicates=0 pending=0 orphans_published=0"
     )
     assert verdict.rolled_back == 1
 
@@ -145,3 +145,11 @@ def test_a_commit_never_published_stalls_until_the_last_thing_seen():
     state = _waiting({"lost": (2.0, None), "later": (3.0, 9.0)})
     assert publication_stalls(state, []) == [(2.0, 9.0)]
     assert publication_stalls(state, [(4.0, float("inf"))]) == [(2.0, 4.0)]
+
+
+def test_an_orphaned_attempt_of_a_reused_id_on_the_real_topic_fails_the_run():
+    """Its id is committed (by the later attempt), so only its payload tells it apart."""
+    state = _state()
+    state.orphans_published = 1
+    verdict = judge(1, {"t1"}, state, Counter({"t1": 1}))
+    assert any("orphaned attempts" in failure for failure in verdict.failures)

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from checker.rules import HalfEntry, OpEntry
+from outbox_checker.rules import HalfEntry, OpEntry
+
 from outbox.protocol import HalfRecord, OpRecord, RawRecord, Resolution, TopicNames
 
 TOPICS = TopicNames("t")

@@ -8,9 +8,9 @@ from contextlib import contextmanager
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
+from outbox_checker.service import Checker
+from outbox_checker.settings import CheckerSettings
 
-from checker.service import Checker
-from checker.settings import CheckerSettings
 from outbox.admin import TopicSpec, ensure_topics
 from outbox.protocol import CheckRequest, DiscardRecord, HalfRecord, OutgoingRecord
 from tests.producer.conftest import OutboxTopics

@@ -87,7 +87,7 @@ def test_bad_settings_are_one_line_errors(args, env, message):
 
 
 def test_help_lists_every_setting_with_its_variable():
-    from checker.settings import CheckerSettings
+    from outbox_checker.settings import CheckerSettings
 
     result = checker("--help", COLUMNS="200")
     assert result.returncode == 0

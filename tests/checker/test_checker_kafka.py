@@ -11,9 +11,9 @@ import time
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from outbox_checker.round_writer import decode_checkpoint
 from prometheus_client import REGISTRY
 
-from checker.round_writer import decode_checkpoint
 from outbox import LocalTransactionState, Message, TransactionProducer
 from outbox.protocol import (
     DiscardReason,
@@ -301,7 +301,7 @@ def test_halves_deleted_by_retention_before_the_checker_read_them_are_reported_l
 
     before = lost()
     with (
-        caplog.at_level("ERROR", logger="checker.service"),
+        caplog.at_level("ERROR", logger="outbox_checker.service"),
         running_checker(t, SkewedClock()) as checker,
     ):
         checker.run_round()

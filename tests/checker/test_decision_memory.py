@@ -5,8 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
-
-from checker.decision_memory import MAX_INDEX, DecisionMemory, SharedScan
+from outbox_checker.decision_memory import MAX_INDEX, DecisionMemory, SharedScan
 
 
 class OpLog:

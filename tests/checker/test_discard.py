@@ -12,14 +12,14 @@ import time
 import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
-
-from checker.discard import (
+from outbox_checker.discard import (
     RESUMED_KIND,
     ResumeFencedError,
     ResumeMarker,
     read_discards,
     resume_discards,
 )
+
 from outbox.admin import ensure_topics, plan_topics
 from outbox.config import KafkaSettings
 from outbox.protocol import (

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 from confluent_kafka import TopicPartition
+from outbox_checker.kafka_reader import TopicCursor
 
-from checker.kafka_reader import TopicCursor
 from outbox.protocol import OutgoingRecord
 from tests.checker.support import write
 from tests.producer.conftest import OutboxTopics

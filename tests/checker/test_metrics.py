@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from collections import Counter
 
+from outbox_checker import metrics
+from outbox_checker.rules import RoundChunk
 from prometheus_client import REGISTRY
-
-from checker import metrics
-from checker.rules import RoundChunk
 
 
 class _Clock:

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 import pytest
 from confluent_kafka.admin import AdminClient
+from outbox_checker.service import Checker
+from outbox_checker.settings import CheckerSettings
 from prometheus_client import REGISTRY
 
-from checker.service import Checker
-from checker.settings import CheckerSettings
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
 from outbox.protocol import TopicNames
 from tests.checker.support import SkewedClock, check_requests, pending_half, wait_for, write
@@ -27,6 +27,10 @@ class _Running:
     topics: OutboxTopics
     checker: Checker
     clock: SkewedClock
+    loop: threading.Thread
+    """The thread running :meth:`Checker.run`."""
+    stopped: bool = False
+    """The test stopped the checker itself."""
 
 
 @contextmanager
@@ -54,8 +58,9 @@ def _running_checker(broker, prefix: str, **settings) -> Iterator[_Running]:
     loop.start()
     try:
         wait_for(lambda: len(check_requests(topics)) >= 1, 60, "the first check")
-        yield _Running(topics, checker, clock)
-        assert loop.is_alive()
+        running = _Running(topics, checker, clock, loop)
+        yield running
+        assert loop.is_alive() or running.stopped
     finally:
         checker.stop()
         loop.join(60)
@@ -125,3 +130,26 @@ def test_health_turns_bad_while_rounds_fail(own_kafka_broker):
         own_kafka_broker.start()
         wait_for(checker.is_healthy, 120, "health after the broker came back")
         assert checker.is_ready()
+
+
+GRACE_PERIOD_SECONDS = 30.0
+"""Kubernetes' default terminationGracePeriodSeconds: a replica still running past it is
+SIGKILLed, and SIGTERM is what a rolling update sends while the brokers may be away."""
+
+
+def test_a_stopped_checker_exits_within_a_pod_grace_period_while_the_broker_is_down(
+    own_kafka_broker,
+):
+    """Told to stop while its broker is gone, the checker retried its transactional
+    producer's start for three client timeouts (90 s) and its relay's as long: minutes."""
+    with _running_checker(own_kafka_broker, "stopping") as running:
+        own_kafka_broker.stop()
+        time.sleep(5)  # the loop meets the outage and backs off; the relay is failing too
+        started = time.monotonic()
+        running.stopped = True
+        running.checker.stop()
+        running.loop.join(GRACE_PERIOD_SECONDS)
+        took = time.monotonic() - started
+        exited = not running.loop.is_alive()
+        own_kafka_broker.start()
+    assert exited, f"still running {took:.0f}s after stop()"

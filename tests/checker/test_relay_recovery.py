@@ -12,10 +12,15 @@ import uuid
 
 import pytest
 from confluent_kafka import Consumer
+from outbox_checker.membership import (
+    FENCES_LIMIT,
+    FENCES_WINDOW_SECONDS,
+    Fences,
+    group_consumer_config,
+)
+from outbox_checker.relay import relay_group
+from outbox_checker.settings import platform_instance_id
 
-from checker.membership import FENCES_LIMIT, FENCES_WINDOW_SECONDS, Fences, group_consumer_config
-from checker.relay import relay_group
-from checker.settings import platform_instance_id
 from outbox.protocol import OpRecord, RealRecord, Resolution
 from tests.checker.support import pending_half, wait_for, write
 from tests.checker.test_checker_processes import CheckerProcess

@@ -17,9 +17,9 @@ import uuid
 import pytest
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
+from outbox_checker.round_writer import ChunkResult, RoundWriter
+from outbox_checker.rules import HalfEntry, RoundChunk
 
-from checker.round_writer import ChunkResult, RoundWriter
-from checker.rules import HalfEntry, RoundChunk
 from outbox.errors import KafkaUnavailableError
 from outbox.protocol import HalfRecord, OutgoingRecord, RawRecord
 from outbox.topic_catalog import TopicCatalog

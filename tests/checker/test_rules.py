@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from checker.ended import EndedTransactions
-from checker.rules import RoundRules, StopReason, iter_round, plan_round
+from outbox_checker.ended import EndedTransactions
+from outbox_checker.rules import RoundRules, StopReason, iter_round, plan_round
+
 from outbox.protocol import DiscardReason, Header, RawRecord, Resolution
 from tests.checker.memory_log import T0, TOPICS, Clock, MemoryLog, a_half
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -11,12 +12,12 @@ import time
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from outbox_checker.display import format_age
+from outbox_checker.round_writer import encode_checkpoint
+from outbox_checker.service import Checker
+from outbox_checker.settings import CheckerSettings
+from outbox_checker.status import read_status
 
-from checker.display import format_age
-from checker.round_writer import encode_checkpoint
-from checker.service import Checker
-from checker.settings import CheckerSettings
-from checker.status import read_status
 from outbox.admin import ensure_topics, plan_topics
 from outbox.config import KafkaSettings
 from outbox.errors import TopicAdminError
@@ -190,9 +191,15 @@ def test_agrees_with_a_real_checker_round(setup, kafka_bootstrap):
     assert (part.pending, part.oldest_pending_born_ms) == (2, NOW_MS - 60_000)
 
 
-def outbox(*args: str) -> subprocess.CompletedProcess[str]:
+def outbox(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    groups = ("OUTBOX_CHECKER_GROUP", "OUTBOX_CONSUMER_GROUP")
+    environ = {k: v for k, v in os.environ.items() if k not in groups}
     return subprocess.run(
-        [sys.executable, "-m", "outbox", *args], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "outbox", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**environ, **(env or {})},
     )
 
 
@@ -293,3 +300,30 @@ def test_halves_deleted_by_retention_before_the_checker_read_them_are_shown(
     assert "3 half record(s) on partition 0 were deleted by retention" in result.stdout
     document = json.loads(outbox("status", *where, "--output", "json").stdout)
     assert document["lost_to_retention"] == 3
+
+
+NEW_GROUP = {"OUTBOX_CHECKER_GROUP": "new-group"}
+OLD_GROUP = {"OUTBOX_CONSUMER_GROUP": "old-group"}
+
+
+@pytest.mark.parametrize(
+    ("env", "shown", "warned"),
+    [
+        (NEW_GROUP, "new-group", False),
+        (OLD_GROUP, "old-group", True),
+        ({**NEW_GROUP, **OLD_GROUP}, "new-group", False),
+    ],
+)
+def test_the_checker_group_variable_and_its_deprecated_name(
+    setup, kafka_bootstrap, env, shown, warned
+):
+    """OUTBOX_CHECKER_GROUP, as the flag --checker-group; OUTBOX_CONSUMER_GROUP still read
+    (with a warning) while it is unset."""
+    settings, _ = setup
+    result = outbox(
+        "status", "--bootstrap-servers", kafka_bootstrap, "--topic-prefix", settings.topic_prefix,
+        "--output", "json", env=env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["group"] == shown
+    assert ("OUTBOX_CONSUMER_GROUP is deprecated" in result.stderr) is warned

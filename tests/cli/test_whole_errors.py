@@ -90,3 +90,14 @@ def test_every_error_is_printed_whole(tmp_path: Path, columns: int | None) -> No
         for fragment in fragments:
             assert fragment in output, f"{args}: {fragment!r} is not whole in:\n{output}"
         assert "…" not in output, output
+
+
+@pytest.mark.parametrize("command", [["checker"], ["sink"], ["db", "upgrade"], ["chaos"]])
+def test_help_names_every_flag_and_variable_whole_on_an_80_column_terminal(
+    command: list[str],
+) -> None:
+    """An option's name cut short (``--security-proto…``, ``OUTBOX_SSL_CA_FI…``) cannot be
+    typed: a help screen is read on an ordinary terminal, and must hold each name whole."""
+    code, output = run_outbox([*command, "--help"], 80)
+    assert code == 0, output
+    assert "…" not in output, output

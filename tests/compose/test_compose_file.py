@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 import yaml
+from outbox_checker.settings import CheckerSettings
 from sqlalchemy.engine import make_url
 
-from checker.settings import CheckerSettings
 from outbox.config import env_names
 from outbox.sql import DATABASE_URL_ENV
 

@@ -14,11 +14,11 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import outbox_checker.metrics  # noqa: F401  (registers the checker's metrics)
 import pytest
 import yaml
 from prometheus_client import REGISTRY
 
-import checker.metrics  # noqa: F401  (registers the checker's metrics)
 import outbox.metrics  # noqa: F401  (registers the producer's metrics)
 
 MONITORING = Path(__file__).resolve().parents[2] / "docs" / "monitoring"

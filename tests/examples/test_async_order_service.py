@@ -34,13 +34,21 @@ def load_example() -> ModuleType:
     return module
 
 
-async def post_orders(app: Any, orders: list[Any]) -> list[httpx.Response]:
-    """The orders posted at once, with the app's start-up and shutdown around them."""
+async def post_orders(
+    app: Any, orders: list[Any], in_session: list[Any] = ()
+) -> list[httpx.Response]:
+    """The orders posted at once, with the app's start-up and shutdown around them.
+
+    ``in_session`` go to the endpoint that joins the request's own session.
+    """
     async with (
         app.router.lifespan_context(app),
         httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client,
     ):
-        return await asyncio.gather(*(client.post("/orders", json=order) for order in orders))
+        return await asyncio.gather(
+            *(client.post("/orders", json=order) for order in orders),
+            *(client.post("/orders/in-request-session", json=order) for order in in_session),
+        )
 
 
 def test_post_orders_commits_rows_and_events_declines_and_refuses(
@@ -53,13 +61,18 @@ def test_post_orders_commits_rows_and_events_declines_and_refuses(
     placed = [{"reference": f"o-{n}", "total": 10.0 + n} for n in range(20)]
     declined = {"reference": "o-free", "total": 0.0}
     malformed = {"reference": "o-bad"}  # no total
+    own_session = [{"reference": "s-1", "total": 5.0}, {"reference": "s-free", "total": 0.0}]
 
     with fresh_database(postgres_url) as url, running_relay(client_config, names):
         settings = ProducerSettings(bootstrap_servers=kafka_bootstrap, topic_prefix=unique_prefix)
         app = load_example().create_app(settings, url, topic)
-        responses = asyncio.run(post_orders(app, [*placed, declined, malformed]))
+        responses = asyncio.run(post_orders(app, [*placed, declined, malformed], own_session))
 
-        *ok, no, bad = responses
+        *ok, no, bad, joined, refused = responses
+        assert (joined.status_code, joined.json()["end"]) == (201, "COMMITTED"), joined.text
+        assert refused.status_code == 422 and "declined" in refused.text
+        ok.append(joined)
+        placed.append(own_session[0])
         assert [r.status_code for r in ok] == [201] * len(placed), [r.text for r in ok]
         assert {r.json()["end"] for r in ok} == {"COMMITTED"}
         assert (no.status_code, no.json()["state"], no.json()["end"]) == (
@@ -84,7 +97,7 @@ def test_post_orders_commits_rows_and_events_declines_and_refuses(
 
         ops = [OpRecord.from_record(r) for r in read_topic(client_config, names.op, timeout=60)]
         assert sorted(op.resolution.value for op in ops) == sorted(
-            [Resolution.COMMIT.value] * len(placed) + [Resolution.ROLLBACK.value]
+            [Resolution.COMMIT.value] * len(placed) + [Resolution.ROLLBACK.value] * 2
         )
 
         def events() -> list[RealRecord]:

@@ -71,14 +71,14 @@ def _entry(name: str, value: str) -> EntryPoint:
 
 
 def test_a_name_declared_twice_is_an_error() -> None:
-    twice = [_entry("topics", "outbox.topics_cli:register")] * 2
+    twice = [_entry("topics", "outbox_cli.topics:register")] * 2
     with pytest.raises(RuntimeError, match="`outbox topics` is declared twice"):
         build_app(twice)
 
 
 def test_an_entry_adding_another_name_is_an_error() -> None:
     with pytest.raises(RuntimeError, match="did not add 'tables'"):
-        build_app([_entry("tables", "outbox.topics_cli:register")])
+        build_app([_entry("tables", "outbox_cli.topics:register")])
 
 
 def test_version_is_the_installed_distributions() -> None:

@@ -15,8 +15,24 @@ import zipfile
 from pathlib import Path
 
 REPO = Path(__file__).parents[2]
-SHIPPED = ("outbox", "outbox_cli", "checker", "spark_sink", "migrations")
-NOT_SHIPPED = ("outbox_devtools", "devtools", "bench", "tests", "examples")
+# Installed name: the repository folder it comes from (migrations/ and checker/ under names
+# of their own).
+SHIPPED = {
+    "outbox": "outbox",
+    "outbox_cli": "outbox_cli",
+    "outbox_checker": "checker",
+    "spark_sink": "spark_sink",
+    "outbox_migrations": "migrations",
+}
+NOT_SHIPPED = (
+    "outbox_devtools",
+    "devtools",
+    "bench",
+    "tests",
+    "examples",
+    "migrations",
+    "checker",
+)
 # What only the tooling defines: the local runtimes and the chaos schedule.
 TOOLING_DEFINITIONS = ("class LocalKafka", "class LocalPostgres", "def fault_plan")
 _LEFT_BEHIND = shutil.ignore_patterns(
@@ -52,7 +68,7 @@ def test_the_wheel_holds_the_library_and_no_tooling(tmp_path: Path) -> None:
         sources = {n: archive.read(n).decode() for n in names if n.endswith(".py")}
     top = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
     assert set(SHIPPED) <= top, f"missing from the wheel: {set(SHIPPED) - top}"
-    assert not top & set(NOT_SHIPPED), f"tooling in the wheel: {top & set(NOT_SHIPPED)}"
+    assert not top & set(NOT_SHIPPED), f"in the wheel by mistake: {top & set(NOT_SHIPPED)}"
     carrying = [
         f"{name}: {definition}"
         for name, text in sources.items()
@@ -60,11 +76,19 @@ def test_the_wheel_holds_the_library_and_no_tooling(tmp_path: Path) -> None:
         if definition in text
     ]
     assert not carrying, f"tooling code in the wheel: {carrying}"
-    assert "migrations/script.py.mako" in names
+    assert "outbox_migrations/script.py.mako" in names
     assert "outbox/py.typed" in names, "type checkers would ignore the library's hints"
-    assert any(name.startswith("migrations/versions/0001_") for name in names)
+    assert any(name.startswith("outbox_migrations/versions/0001_") for name in names)
+    # pyproject.toml lists the packages: a package folder left out of it is left out here.
+    packages = {
+        "/".join((installed, *init.parent.relative_to(REPO / folder).parts))
+        for installed, folder in SHIPPED.items()
+        for init in (REPO / folder).rglob("__init__.py")
+    }
+    missing = sorted(p for p in packages if f"{p}/__init__.py" not in names)
+    assert not missing, f"packages missing from the wheel (list them in pyproject.toml): {missing}"
     assert "outbox = outbox_cli:main" in declared
     # The library's own sub-commands only: the tooling declares its own elsewhere.
     assert "[kafka_outbox.commands]" in declared
-    assert "checker = checker.cli:register" in declared
+    assert "checker = outbox_checker.cli:register" in declared
     assert "outbox_devtools" not in declared

@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import OFFSET_INVALID, KafkaError, KafkaException, TopicPartition
+from outbox_checker.ended import EndedTransactions
+from outbox_checker.round_writer import decode_checkpoint
+from outbox_checker.rules import HalfEntry, OpEntry
+from outbox_checker.service import Checker, Checkpoint
 
-from checker.ended import EndedTransactions
-from checker.round_writer import decode_checkpoint
-from checker.rules import HalfEntry, OpEntry
-from checker.service import Checker, Checkpoint
 from outbox.protocol import OutgoingRecord, RawRecord, TopicNames
 from outbox.topic_catalog import TopicFacts
 from tests.model.kafka_lists import Partition, Transaction

@@ -45,14 +45,14 @@ from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from outbox_checker.decision_memory import DecisionMemory, SharedScan
+from outbox_checker.discard import _plan, discards_of
+from outbox_checker.round_writer import RoundWriter
+from outbox_checker.rules import RoundChunk, RoundRules, StopReason, iter_round
+from outbox_checker.service import Checkpoint
 from sqlalchemy.orm import sessionmaker
 from sqlalchemy.pool import StaticPool
 
-from checker.decision_memory import DecisionMemory, SharedScan
-from checker.discard import _plan, discards_of
-from checker.round_writer import RoundWriter
-from checker.rules import RoundChunk, RoundRules, StopReason, iter_round
-from checker.service import Checkpoint
 from outbox import LocalTransactionState, Message
 from outbox.protocol import (
     CheckRequest,

@@ -189,9 +189,11 @@ class OnLoop:
         *,
         clock: Callable[[], float] = time.time,
         loop: EventLoopThread | None = None,
+        producer_class: type[AsyncTransactionProducer] = AsyncTransactionProducer,
+        **options: Any,
     ) -> None:
-        self.producer = AsyncTransactionProducer(
-            group, awaited(listener), config, check_executor, clock=clock
+        self.producer = producer_class(
+            group, awaited(listener), config, check_executor, clock=clock, **options
         )
         self.config = self.producer.config
         self.group = self.producer.group
@@ -212,6 +214,10 @@ class OnLoop:
         self, message: Message, arg: object = None
     ) -> TransactionSendResult:
         return self._call(self.producer.send_message_in_transaction(message, arg))
+
+    def check_back(self, transaction_id: str | None = None) -> Any:
+        """The in-memory producer's check round (:mod:`outbox.testing`), on the loop."""
+        return self._call(self.producer.check_back(transaction_id))  # type: ignore[attr-defined]
 
     def close_loop(self) -> None:
         if self._own_loop:

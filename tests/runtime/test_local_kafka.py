@@ -278,7 +278,7 @@ def test_cli_start_status_stop(dev_env: dict[str, str]) -> None:
 
 
 def test_cli_start_status_stop_a_three_node_cluster(dev_env: dict[str, str]) -> None:
-    started = outbox("dev", "kafka", "start", "--nodes", "3", env=dev_env)
+    started = outbox("dev", "kafka", "start", "--brokers", "3", env=dev_env)
     assert started.returncode == 0, started.stderr
     assert "cluster of 3 nodes started in" in started.stderr
     bootstrap = started.stdout.strip().splitlines()[-1].removeprefix("bootstrap: ")
@@ -306,7 +306,7 @@ def test_cli_start_status_stop_a_three_node_cluster(dev_env: dict[str, str]) -> 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (("--nodes", "0"), "error: a local Kafka runs 1 node or a cluster of 3 to 5, not 0"),
+        (("--brokers", "0"), "error: a local Kafka runs 1 node or a cluster of 3 to 5, not 0"),
         (("--nodes", "2"), "not 2 (two voters lose their quorum"),
         (("--nodes", "3", "--port", "9092"), "--port sets one node's port"),
     ],

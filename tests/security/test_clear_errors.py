@@ -15,9 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from outbox_checker.service import Checker
+from outbox_checker.settings import CheckerSettings
 
-from checker.service import Checker
-from checker.settings import CheckerSettings
 from outbox import (
     HalfWriteError,
     LocalTransactionState,
@@ -239,7 +239,7 @@ def test_a_relay_refused_on_the_real_topic_says_so_keeps_the_record_and_resumes_
             secure_topics.kafka.grant(f"{names.prefix}-checker", granted_later)
         return refusal_seen and bool(read_topic(admin, real))
 
-    with caplog.at_level(logging.WARNING, logger="checker"):
+    with caplog.at_level(logging.WARNING, logger="outbox_checker"):
         relay_once(secure_topics, checker_user, published_once_granted)
     assert len(read_topic(admin, real)) == 1
     assert read_topic(admin, names.discard) == []  # refused is not "does not exist"

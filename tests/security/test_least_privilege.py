@@ -10,9 +10,9 @@ from __future__ import annotations
 import time
 
 import pytest
+from outbox_checker.service import Checker
+from outbox_checker.settings import CheckerSettings
 
-from checker.service import Checker
-from checker.settings import CheckerSettings
 from outbox import LocalTransactionState, Message, ProducerSettings, TransactionProducer
 from outbox.acls import checker_acls, producer_acls
 from outbox.protocol import RealRecord

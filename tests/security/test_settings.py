@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 import typer
+from outbox_checker.settings import CheckerSettings
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from checker.settings import CheckerSettings
 from outbox.config import KafkaSettings
 from outbox.errors import ConfigurationError
 from outbox.settings import ProducerSettings
-from outbox.settings_cli import settings_from_flags
 from outbox_cli import app
+from outbox_cli.settings_flags import settings_from_flags
 from outbox_devtools import config_reference
 from spark_sink.settings import SinkSettings
 

@@ -10,7 +10,7 @@ from pyspark.sql import SparkSession
 
 from outbox import LocalTransactionState
 from outbox.errors import ConfigurationError
-from outbox.settings_cli import settings_from_flags
+from outbox_cli.settings_flags import settings_from_flags
 from outbox_devtools.processes import free_port
 from spark_sink import run_sink, start_sink
 from spark_sink.errors import CheckpointError, KafkaSourceError, OutputPathError

@@ -188,7 +188,6 @@ def test_variables_are_parsed_by_the_model(
             "expected host:port",
         ),
         (("--topics", "a", "-X", "novalue"), {}, "--kafka-property: Kafka property 'novalue'"),
-        (("--topics", "a"), {"OUTBOX_SINK_TRIGGER": "soon"}, "trigger (OUTBOX_SINK_TRIGGER)"),
         (("--topics", "a", "--state-store", "disk"), {}, "OUTBOX_SINK_STATE_STORE"),
         (("--topics", "outbox.half"), {}, "outbox protocol topics"),
         (("--topics", "a", "--pattern", "b.*"), {}, "exactly one of topics"),

@@ -16,11 +16,13 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Session, sessionmaker
@@ -226,3 +228,34 @@ def free_port() -> int:
     from outbox_devtools.processes import free_port as pick
 
     return pick()
+
+
+@contextmanager
+def backend_killed_at_commit(engine: Engine, url: str) -> Iterator[list[int]]:
+    """PostgreSQL: each COMMIT of ``engine`` finds its server process killed just before it.
+
+    Yields the pids terminated (empty if the backend would not go: the test then fails).
+    """
+    killer = sa.create_engine(url)
+    terminated: list[int] = []
+
+    def terminate_backend(connection: Any) -> None:
+        pid = connection.connection.driver_connection.info.backend_pid
+        with killer.begin() as other:
+            other.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+        deadline = time.monotonic() + 60
+        with killer.connect() as other:  # wait until the backend is really gone
+            while other.execute(
+                sa.text("SELECT count(*) FROM pg_stat_activity WHERE pid = :pid"), {"pid": pid}
+            ).scalar():
+                if time.monotonic() > deadline:
+                    return  # `terminated` stays empty: the test fails, not by accident
+                time.sleep(0.05)
+        terminated.append(pid)
+
+    event.listen(engine, "commit", terminate_backend)
+    try:
+        yield terminated
+    finally:
+        event.remove(engine, "commit", terminate_backend)
+        killer.dispose()

@@ -6,7 +6,6 @@ import time
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy import event
 
 from outbox import LocalTransactionState
 from outbox.sql import (
@@ -14,7 +13,13 @@ from outbox.sql import (
     LocalTransactionMisuseError,
     LocalTransactionTooSlowError,
 )
-from tests.sql.conftest import GROUP, Database, execute_as_send, message
+from tests.sql.conftest import (
+    GROUP,
+    Database,
+    backend_killed_at_commit,
+    execute_as_send,
+    message,
+)
 
 COMMIT = LocalTransactionState.COMMIT_MESSAGE
 ROLLBACK = LocalTransactionState.ROLLBACK_MESSAGE
@@ -99,32 +104,10 @@ def test_direct_call_outside_a_send_returns_the_state(database: Database):
 def test_connection_lost_during_commit_is_unknown(pg_database: Database):
     """COMMIT sent, connection gone: it may have committed, so UNKNOW; the check decides."""
     database = pg_database
-    killer = sa.create_engine(database.url)
-    terminated: list[int] = []
-
-    def terminate_backend(connection):
-        """Runs just before COMMIT is sent: kill this session's server process."""
-        pid = connection.connection.driver_connection.info.backend_pid
-        with killer.begin() as other:
-            other.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
-        deadline = time.monotonic() + 60
-        with killer.connect() as other:  # wait until the backend is really gone
-            while other.execute(
-                sa.text("SELECT count(*) FROM pg_stat_activity WHERE pid = :pid"), {"pid": pid}
-            ).scalar():
-                if time.monotonic() > deadline:
-                    return  # `terminated` stays empty: the test fails below, not by accident
-                time.sleep(0.05)
-        terminated.append(pid)
-
     listener = database.listener()
     msg = message()
-    event.listen(database.listener_engine, "commit", terminate_backend)
-    try:
+    with backend_killed_at_commit(database.listener_engine, database.url) as terminated:
         state, error = execute_as_send(listener, msg, {"id": "o-1"})
-    finally:
-        event.remove(database.listener_engine, "commit", terminate_backend)
-        killer.dispose()
     assert terminated, "the backend was not terminated before COMMIT"
     assert state is UNKNOW
     assert isinstance(error, CommitOutcomeUnknownError)

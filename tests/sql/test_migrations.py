@@ -187,15 +187,16 @@ def test_migrations_work_from_an_installed_copy(tmp_path):
         timeout=120,
     )
     assert built.returncode == 0, built.stderr
-    assert (build / "migrations" / "script.py.mako").is_file()
-    assert (build / "migrations" / "env.py").is_file()
-    assert list((build / "migrations" / "versions").glob("0001_*.py"))
+    installed = build / "outbox_migrations"  # the repository's migrations/, by its unique name
+    assert (installed / "script.py.mako").is_file()
+    assert (installed / "env.py").is_file()
+    assert list((installed / "versions").glob("0001_*.py"))
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     env = {**os.environ, "PYTHONPATH": str(build)}
     where = subprocess.run(
-        [sys.executable, "-c", "import migrations; print(migrations.__file__)"],
+        [sys.executable, "-c", "import outbox_migrations; print(outbox_migrations.__file__)"],
         cwd=elsewhere,
         env=env,
         capture_output=True,

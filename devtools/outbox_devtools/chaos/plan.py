@@ -37,6 +37,9 @@ class FaultKind(StrEnum):
     """Cluster only: the node leading a half partition (producers' sends fail over)."""
     KILL_RELAY_COORDINATOR = "kill -9 relay coordinator"
     """Cluster only: the node coordinating a checker replica's relay transactions."""
+    KILL_CHECKER_MID_CHUNK = "kill -9 checker mid-chunk"
+    """A checker replica caught inside a round chunk's Kafka transaction, its put-back copies
+    stored and its check requests not yet written."""
 
     @property
     def verb(self) -> str:
@@ -65,6 +68,7 @@ class FaultKind(StrEnum):
             FaultKind.KILL_CHECKER,
             FaultKind.KILL_ANSWERING_PRODUCER,
             FaultKind.FREEZE_CHECKER,
+            FaultKind.KILL_CHECKER_MID_CHUNK,
         )
 
 
@@ -125,6 +129,7 @@ def fault_plan(
     rolling_restarts: int = 0,
     half_leader_kills: int = 0,
     coordinator_kills: int = 0,
+    mid_chunk_kills: int = 0,
 ) -> list[Fault]:
     """The faults of one run, in firing order; the same arguments give the same plan.
 
@@ -169,4 +174,5 @@ def fault_plan(
         faults += draw(FaultKind.ROLLING_RESTART, rolling_restarts, 0, None)
         faults += draw(FaultKind.KILL_HALF_LEADER, half_leader_kills, partitions, (1.0, 6.0))
         faults += draw(FaultKind.KILL_RELAY_COORDINATOR, coordinator_kills, checkers, (1.0, 6.0))
+    faults += draw(FaultKind.KILL_CHECKER_MID_CHUNK, mid_chunk_kills, checkers, (0.5, 8.0))
     return sorted(faults, key=lambda fault: fault.at_share)

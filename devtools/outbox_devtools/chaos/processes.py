@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
+from outbox_devtools.chaos.checker_process import ARM_FILE_VARIABLE, MID_CHUNK
 from outbox_devtools.chaos.worker import WorkerConfig
 from outbox_devtools.processes import die_with_parent
 
@@ -128,10 +129,38 @@ class CheckerProcess:
     def __init__(self, index: int, env: Mapping[str, str], log_dir: Path) -> None:
         self.index = index
         self.instance_id = f"checker-{index}"
-        self.env = {**os.environ, **env, "OUTBOX_INSTANCE_ID": self.instance_id}
+        self.arm_file = log_dir / f"arm-checker-{index}"
+        self.env = {
+            **os.environ,
+            **env,
+            "OUTBOX_INSTANCE_ID": self.instance_id,
+            ARM_FILE_VARIABLE: str(self.arm_file),
+        }
         self.log_dir = log_dir
         self.incarnation = 0
         self.process: subprocess.Popen[bytes] | None = None
+        self._armed_at = 0
+        """Where the current log stood when the replica was armed: a marker counts past it."""
+
+    @property
+    def log_path(self) -> Path:
+        return self.log_dir / f"checker-{self.index}.{self.incarnation}.log"
+
+    def arm_mid_chunk(self) -> None:
+        """Have this replica's next chunk with put-backs announce itself and pause."""
+        self._armed_at = self.log_path.stat().st_size if self.log_path.exists() else 0
+        self.arm_file.touch()
+
+    def disarm_mid_chunk(self) -> None:
+        self.arm_file.unlink(missing_ok=True)
+
+    def in_mid_chunk(self) -> bool:
+        """Whether the armed replica announced it is pausing inside a chunk's transaction."""
+        if not self.alive or not self.log_path.exists():
+            return False
+        with self.log_path.open("rb") as log:
+            log.seek(self._armed_at)
+            return MID_CHUNK.encode() in log.read()
 
     @property
     def alive(self) -> bool:
@@ -139,9 +168,10 @@ class CheckerProcess:
 
     def start(self) -> None:
         self.incarnation += 1
-        with (self.log_dir / f"checker-{self.index}.{self.incarnation}.log").open("wb") as log:
+        self._armed_at = 0
+        with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "outbox", "checker"],
+                [sys.executable, "-m", "outbox_devtools.chaos.checker_process"],
                 env=self.env,
                 stdout=log,
                 stderr=log,

@@ -31,11 +31,11 @@ from typing import Any
 
 import sqlalchemy as sa
 from confluent_kafka.admin import AdminClient
+from outbox_checker.relay import relay_transactional_id
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from checker.relay import relay_transactional_id
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
 from outbox.config import kafka_client_config
 from outbox.errors import KafkaUnavailableError
@@ -123,6 +123,15 @@ class ArmedCheck:
 
 
 @dataclass
+class ArmedChunk:
+    """A checker replica told to pause inside its next chunk with put-backs, to be killed."""
+
+    fault: Fault
+    checker: int
+    deadline: float
+
+
+@dataclass
 class Cluster:
     """The broker, the checker replicas and the producer processes of one run."""
 
@@ -131,6 +140,7 @@ class Cluster:
     producers: list[ProducerProcess]
     events: list[FaultEvent] = field(default_factory=list)
     armed: list[ArmedCheck] = field(default_factory=list)
+    armed_chunks: list[ArmedChunk] = field(default_factory=list)
     producers_answer_checks: bool = True
     """False with --resolve-from-db: the checker reads the transaction log instead."""
     started: float = field(default_factory=time.monotonic)
@@ -171,12 +181,34 @@ def _step(console: Console, text: str) -> None:
     console.print(f"[bold cyan]==>[/] {text}", highlight=False)
 
 
+SLOW_COMMIT_SECONDS = GRACE_SECONDS + 5.0
+"""A slow order's COMMIT blocks past the grace, so a check-back past it races the COMMIT."""
+
+
 def _prepare_database(url: str) -> None:
+    """The orders table; a deferred trigger makes a slow order's COMMIT block (as a synchronous
+    standby or a deferred constraint would), after the listener's own time check passed."""
     upgrade(url)
     engine = create_engine(url)
     with engine.begin() as connection:
         connection.execute(
-            sa.text(f"CREATE TABLE {ORDERS_TABLE} (id TEXT PRIMARY KEY, total NUMERIC NOT NULL)")
+            sa.text(
+                f"CREATE TABLE {ORDERS_TABLE} (id TEXT PRIMARY KEY, total NUMERIC NOT NULL, "
+                "slow BOOLEAN NOT NULL DEFAULT FALSE)"
+            )
+        )
+        connection.execute(
+            sa.text(
+                "CREATE FUNCTION chaos_slow_commit() RETURNS trigger LANGUAGE plpgsql AS "
+                f"$$ BEGIN PERFORM pg_sleep({SLOW_COMMIT_SECONDS}); RETURN NULL; END $$"
+            )
+        )
+        connection.execute(
+            sa.text(
+                f"CREATE CONSTRAINT TRIGGER chaos_slow_commit AFTER INSERT ON {ORDERS_TABLE} "
+                "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.slow) "
+                "EXECUTE FUNCTION chaos_slow_commit()"
+            )
         )
     engine.dispose()
 
@@ -201,7 +233,7 @@ def _checker_env(bootstrap: str, database_url: str | None) -> dict[str, str]:
     env = {
         "OUTBOX_BOOTSTRAP_SERVERS": bootstrap,
         "OUTBOX_TOPIC_PREFIX": PREFIX,
-        "OUTBOX_CONSUMER_GROUP": CHECKER_GROUP,
+        "OUTBOX_CHECKER_GROUP": CHECKER_GROUP,
         "OUTBOX_CHECK_INTERVAL_SECONDS": str(CHECK_INTERVAL_SECONDS),
         "OUTBOX_KAFKA_TRANSACTION_TIMEOUT_MS": "10000",
         "OUTBOX_KAFKA_PROPERTIES": json.dumps(CLIENT_TIMEOUTS),
@@ -228,6 +260,17 @@ def _fire(cluster: Cluster, fault: Fault, console: Console) -> None:
             if checker.alive:
                 checker.kill()
         _record(cluster, fault, "all checkers", cluster.checkers, console)
+        return
+    if fault.kind is FaultKind.KILL_CHECKER_MID_CHUNK:
+        # Armed whether it runs now or not: a replica down now is armed when it is back.
+        cluster.checkers[fault.target].arm_mid_chunk()
+        deadline = time.monotonic() + CHECK_WAIT_SECONDS
+        cluster.armed_chunks.append(ArmedChunk(fault, fault.target, deadline))
+        console.print(
+            f"    [red]{cluster.elapsed():6.1f}s[/] armed checker {fault.target}: kill -9 it "
+            f"inside its next chunk with put-backs (waiting up to {CHECK_WAIT_SECONDS:.0f}s)",
+            highlight=False,
+        )
         return
     role, slots = (
         ("checker", cluster.checkers)
@@ -301,7 +344,8 @@ def _fire_at_kafka(cluster: Cluster, fault: Fault, console: Console) -> None:
 
 
 def _strike_armed(cluster: Cluster, console: Console) -> None:
-    """Kill the first armed producer caught answering a check; give up past the wait."""
+    """Kill the first armed producer caught answering a check, and an armed checker caught
+    inside a chunk; give up past the wait."""
     for armed in list(cluster.armed):
         caught = next(
             (
@@ -328,13 +372,33 @@ def _strike_armed(cluster: Cluster, console: Console) -> None:
         else:
             _record_miss(cluster, armed.fault, armed.fault.target, "no check seen", console)
         cluster.armed.remove(armed)
+    for chunk in list(cluster.armed_chunks):
+        checker = cluster.checkers[chunk.checker]
+        caught = checker.in_mid_chunk()
+        if not caught and time.monotonic() < chunk.deadline:
+            continue
+        checker.disarm_mid_chunk()
+        if caught:
+            checker.kill()
+            _record(
+                cluster,
+                chunk.fault,
+                f"checker {chunk.checker}",
+                [checker],
+                console,
+                detail=" inside a chunk's transaction",
+            )
+        else:
+            _record_miss(cluster, chunk.fault, chunk.checker, "no chunk seen", console)
+        cluster.armed_chunks.remove(chunk)
 
 
 def _record_miss(
-    cluster: Cluster, fault: Fault, producer: int, outcome: str, console: Console
+    cluster: Cluster, fault: Fault, target: int, outcome: str, console: Console
 ) -> None:
     """Log a fault that found nothing to strike: the run goes on, the table says why."""
-    name = f"producer {producer}"
+    role = "checker" if fault.kind is FaultKind.KILL_CHECKER_MID_CHUNK else "producer"
+    name = f"{role} {target}"
     event = FaultEvent(fault, cluster.elapsed(), name, time.monotonic(), outcome=outcome)
     cluster.events.append(event)
     console.print(
@@ -436,7 +500,13 @@ def _send_with_faults(
     )
     with Progress(*columns, console=console) as progress:
         task = progress.add_task("sent", total=settings.transactions)
-        while cluster.sent < settings.transactions or queue or cluster.armed or cluster.down:
+        while (
+            cluster.sent < settings.transactions
+            or queue
+            or cluster.armed
+            or cluster.armed_chunks
+            or cluster.down
+        ):
             for fault in [f for f in queue if cluster.sent >= f.at_share * settings.transactions]:
                 due_since = waiting.setdefault(fault, time.monotonic())
                 if cluster.ready_for(fault):  # a waiting broker fault holds up no other kind
@@ -570,6 +640,7 @@ def run(console: Console, settings: ChaosSettings) -> int:
         rolling_restarts=settings.rolling_restarts,
         half_leader_kills=settings.half_leader_kills,
         coordinator_kills=settings.coordinator_kills,
+        mid_chunk_kills=settings.mid_chunk_kills,
     )
     _step(console, f"seed {settings.seed}: {len(faults)} faults planned")
     for fault in faults:
@@ -651,6 +722,8 @@ def _worker_config(settings: ChaosSettings, bootstrap: str, url: str, index: int
         seed=settings.seed,
         rollback_share=settings.rollback_share,
         unknown_share=settings.unknown_share,
+        reused_key_share=settings.reused_key_share,
+        slow_commit_share=settings.slow_commit_share,
         grace_seconds=GRACE_SECONDS,
         kafka_properties=CLIENT_TIMEOUTS,
     )
@@ -700,7 +773,20 @@ def _run_phases(
             event.possible_stall = max(touching, default=0.0)
     verdict = judge(settings.seed, committed, state, rows)
     verdict.publication_stall_s = max((e - s for s, e in stalls), default=0.0)
+    verdict.orphaned_attempts = state.orphaned_attempts
+    verdict.slow_commits = _slow_commits(url)
     return verdict
+
+
+def _slow_commits(url: str) -> int:
+    """Orders committed through the slow trigger: COMMITs that blocked past the grace."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            query = sa.text(f"SELECT count(*) FROM {ORDERS_TABLE} WHERE slow")
+            return int(connection.execute(query).scalar_one())
+    finally:
+        engine.dispose()
 
 
 def _publication_blocked(cluster: Cluster) -> list[Interval]:
@@ -763,6 +849,9 @@ def _report(
         ("duplicates in the sink", verdict.duplicates_in_sink),
         ("raw duplicates on the real topic", verdict.raw_duplicates),
         ("pending halves", verdict.pending),
+        ("orphaned attempts of reused ids (halves)", verdict.orphaned_attempts),
+        ("  of which published", verdict.orphans_published),
+        ("slow commits (blocked past the grace)", verdict.slow_commits),
         ("discarded halves", verdict.discarded),
         ("sink query restarts", sink.restarts),
     ]

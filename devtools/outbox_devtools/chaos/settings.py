@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from outbox.durations import Seconds
 from outbox_devtools.kafka import KafkaRuntimeError, check_node_count
 
 
@@ -66,6 +67,12 @@ class ChaosSettings(BaseSettings):
         description="with --brokers 3+: SIGKILLs of the node coordinating a checker replica's"
         " relay transactions, down 1-6 s",
     )
+    mid_chunk_kills: int = Field(
+        1,
+        ge=0,
+        description="SIGKILLs of a checker replica inside a round chunk's Kafka transaction"
+        " (put-back copies stored, check requests not yet written)",
+    )
     checker_freezes: int = Field(
         1, ge=0, description="SIGSTOPs of a checker replica for 10-20 s, then SIGCONT"
     )
@@ -78,13 +85,27 @@ class ChaosSettings(BaseSettings):
         le=1,
         description="committed orders whose listener answers UNKNOW (resolved by check-back)",
     )
+    reused_key_share: float = Field(
+        0.02,
+        ge=0,
+        le=1,
+        description="orders first sent as an orphaned attempt (a half whose local transaction"
+        " never ran, as after a crash), then again with the same transaction id",
+    )
+    slow_commit_share: float = Field(
+        0.005,
+        ge=0,
+        le=1,
+        description="orders whose database COMMIT blocks past the listener's grace (a deferred"
+        " trigger), so a check-back races it",
+    )
     resolve_from_db: bool = Field(
         False,
         description="checker replicas answer from the transaction log (--resolve-from-db)"
         " instead of asking the producers",
     )
     partitions: int = Field(4, ge=1, description="partitions of the outbox and real topics")
-    settle_seconds: float = Field(
+    settle_seconds: Seconds = Field(
         240.0, gt=0, description="how long the checker and sink may take to settle after faults"
     )
     sink_format: Literal["parquet", "delta"] = Field(

@@ -8,6 +8,7 @@ was published) and the sink's table (what landed).
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 from collections.abc import Iterable
@@ -41,6 +42,11 @@ class TopicState:
     """When each transaction's first COMMIT op was stored: from then on its record is owed."""
     first_published_ms: dict[str, int] = field(default_factory=dict)
     """When each transaction's real record first appeared."""
+    orphaned_attempts: int = 0
+    """Halves of orphaned attempts stored (put-back copies and resumes counted again)."""
+    orphans_published: int = 0
+    """Real records of an orphaned attempt: a half whose local transaction never ran, whose
+    transaction id a later attempt reused (its payload says ``"orphan": true``)."""
 
     @property
     def decided(self) -> set[str]:
@@ -60,9 +66,9 @@ def read_topic_state(bootstrap: str, topics: TopicNames, real_topics: Iterable[s
     def records(topic: str) -> list[RawRecord]:
         return read_topic(client, topic, timeout=120)
 
-    state.transactions = {
-        HalfRecord.from_record(raw).transaction_id for raw in records(topics.half)
-    }
+    halves = records(topics.half)
+    state.transactions = {HalfRecord.from_record(raw).transaction_id for raw in halves}
+    state.orphaned_attempts = sum(1 for raw in halves if _is_orphan(raw.value))
     for raw in records(topics.op):
         op = OpRecord.from_record(raw)
         state.ops.append(op)
@@ -77,6 +83,7 @@ def read_topic_state(bootstrap: str, topics: TopicNames, real_topics: Iterable[s
     for topic in real_topics:
         real = records(topic)
         state.real.update(RealRecord.from_record(raw).transaction_id for raw in real)
+        state.orphans_published += sum(1 for raw in real if _is_orphan(raw.value))
         state.real_timestamps_ms += [r.timestamp_ms for r in real if r.timestamp_ms is not None]
         for raw in real:
             if raw.timestamp_ms is not None:
@@ -84,6 +91,13 @@ def read_topic_state(bootstrap: str, topics: TopicNames, real_topics: Iterable[s
                 first = state.first_published_ms.get(transaction_id, raw.timestamp_ms)
                 state.first_published_ms[transaction_id] = min(first, raw.timestamp_ms)
     return state
+
+
+def _is_orphan(value: bytes | None) -> bool:
+    try:
+        return bool(value) and json.loads(value).get("orphan") is True
+    except (ValueError, AttributeError):
+        return False
 
 
 Interval = tuple[float, float]
@@ -209,6 +223,12 @@ class Verdict:
     sink_rows: int
     unpublished: int = 0
     """Of the lost: not on the real topic either (the relay's loss, not the sink's)."""
+    orphans_published: int = 0
+    """Orphaned attempts of a reused transaction id on the real topic (never committed)."""
+    orphaned_attempts: int = 0
+    """Halves of orphaned attempts stored: how much the reused-id traffic was exercised."""
+    slow_commits: int = 0
+    """Orders whose COMMIT blocked past the grace: how much the check-back race was exercised."""
     publication_stall_s: float | None = None
     """The longest of the :func:`publication_stalls`: a measure, not an invariant."""
 
@@ -219,6 +239,7 @@ class Verdict:
             "rolled-back or unknown transactions visible (phantom)": self.phantom,
             "duplicate rows in the sink": self.duplicates_in_sink,
             "halves still pending": self.pending,
+            "orphaned attempts of a reused transaction id published": self.orphans_published,
         }
         failures = [f"{count} {what}" for what, count in problems.items() if count]
         if self.lost:
@@ -233,7 +254,7 @@ class Verdict:
             f"chaos: seed={self.seed} transactions={self.transactions} "
             f"committed={self.committed} lost={self.lost} phantom={self.phantom} "
             f"duplicates_in_sink={self.duplicates_in_sink} raw_duplicates={self.raw_duplicates} "
-            f"pending={self.pending}"
+            f"pending={self.pending} orphans_published={self.orphans_published}"
             + (
                 f" publication_stall_s={self.publication_stall_s:.1f}"
                 if self.publication_stall_s is not None
@@ -259,4 +280,5 @@ def judge(seed: int, committed_in_db: set[str], state: TopicState, sink: Counter
         causes=duplicate_causes(state),
         sink_rows=sum(sink.values()),
         unpublished=len(committed_in_db - set(state.real)),
+        orphans_published=state.orphans_published,
     )

@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import sqlalchemy as sa
@@ -70,6 +70,8 @@ class WorkerConfig:
     seed: int
     rollback_share: float
     unknown_share: float
+    reused_key_share: float
+    slow_commit_share: float
     grace_seconds: float
     kafka_properties: dict[str, str]
 
@@ -82,12 +84,13 @@ class WorkerConfig:
 
 
 def place_order(session: Session, message: Message, order: dict[str, Any]) -> None:
-    """The business change; a negative total breaks a business rule and rolls back."""
+    """The business change; a negative total breaks a business rule and rolls back. A slow
+    order's row makes its COMMIT block (the deferred trigger of the orders table)."""
     if order["total"] < 0:
         raise ValueError(f"order {order['id']}: a total cannot be negative")
     session.execute(
-        sa.text(f"INSERT INTO {ORDERS_TABLE} (id, total) VALUES (:id, :total)"),
-        {"id": order["id"], "total": order["total"]},
+        sa.text(f"INSERT INTO {ORDERS_TABLE} (id, total, slow) VALUES (:id, :total, :slow)"),
+        {"id": order["id"], "total": order["total"], "slow": order.get("slow", False)},
     )
 
 
@@ -104,6 +107,10 @@ class ChaosListener(SqlTransactionListener):
         self.armed = threading.Event()
 
     def execute_local_transaction(self, message: Message, arg: Any) -> LocalTransactionState:
+        if arg.get("orphan"):
+            # The half is stored; the process "dies" before its local transaction: no row,
+            # no decision. The order is sent again with the same transaction id.
+            return LocalTransactionState.UNKNOW
         state = super().execute_local_transaction(message, arg)
         if state is LocalTransactionState.COMMIT_MESSAGE and arg.get("answer_unknown"):
             return LocalTransactionState.UNKNOW
@@ -159,9 +166,22 @@ class Worker:
                 "id": order_id,
                 "total": round(rng.uniform(1, 500) * (-1 if refused else 1), 2),
                 "answer_unknown": rng.random() < config.unknown_share,
+                "slow": rng.random() < config.slow_commit_share,
             }
-            message = Message(config.real_topic, json.dumps(order), key=order_id)
+            reused = rng.random() < config.reused_key_share  # an id of the caller's own
+            message = Message(
+                config.real_topic,
+                json.dumps(order),
+                key=order_id,
+                transaction_id=order_id if reused else None,
+            )
             try:
+                if reused:
+                    orphan = {**order, "orphan": True}
+                    producer.send_message_in_transaction(
+                        replace(message, value=json.dumps(orphan)), orphan
+                    )
+                    self._count("orphaned")
                 result = producer.send_message_in_transaction(message, order)
             except HalfWriteError:
                 self._count("failed_halves")

@@ -4,7 +4,7 @@ the ``--output table|json`` of the commands that report.
 
 The connection's flags themselves (``--bootstrap-servers``, ``--topic-prefix``, ``-X``, the
 security block) are generated from :class:`~outbox.config.KafkaSettings`
-(:func:`outbox.settings_cli.kafka_options`); each is also the environment
+(:func:`outbox_cli.settings_flags.kafka_options`); each is also the environment
 variable of its field, so a container is configured the same way as a shell.
 """
 

@@ -3,7 +3,8 @@
 The Spark sink's Kafka source (:mod:`spark_sink.jars`) and the development
 tooling's local Kafka broker (``outbox_devtools.kafka``) both need official
 jars from Maven Central on machines that have Maven but no Docker. The sink
-needs them in production too, so the rules live here, below both: the pom is
+needs them in production too, so the rules live in the core, the floor both
+stand on (neither reaches into the other; no service imports this): the pom is
 written by Python (so it works from an installed wheel), Maven copies the
 runtime dependencies into a staging directory that is renamed into place only
 when complete, a marker file lists the jars so a half-deleted cache is noticed

@@ -5,6 +5,7 @@ consumer can stay silent for good once the broker is back: polls return
 nothing, and neither a re-assign nor a seek revives it; a new client does. A
 consumer that is merely idle looks the same from inside, so the one who owns
 it asks the cluster, now and then, whether records wait past its position.
+The checker's consumers are the ones it watches (the relay's, the rounds' reader).
 """
 
 from __future__ import annotations

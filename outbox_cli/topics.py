@@ -14,10 +14,10 @@ from outbox.admin import (
     plan_topics,
     read_topic_states,
 )
-from outbox.cli_options import admin_session
 from outbox.config import KafkaSettings
-from outbox.console import make_console
-from outbox.settings_cli import kafka_options
+from outbox_cli.console import make_console
+from outbox_cli.options import admin_session
+from outbox_cli.settings_flags import kafka_options
 
 topics_app = typer.Typer(help="Create and inspect the outbox topics.", no_args_is_help=True)
 

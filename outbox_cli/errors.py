@@ -17,14 +17,14 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 import typer
-from pydantic import ValidationError
 from typer.core import TyperGroup
 
 from outbox.errors import OutboxError
-from outbox.protocol import ProtocolError
 
-EXPECTED_ERRORS = (OutboxError, ProtocolError, ValidationError, ValueError)
-"""Errors raised on purpose with a message for the user; anything else is a bug (traceback)."""
+EXPECTED_ERRORS = (OutboxError,)
+"""Errors raised on purpose with a message for the user: ours only (settings that fail
+validation become a ``ConfigurationError``). Anything else, a bare ``ValueError`` too,
+is a bug and keeps its traceback."""
 
 
 def _exit_with_plain_errors(main: Callable[..., Any], *args: Any, **extra: Any) -> NoReturn:

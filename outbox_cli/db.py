@@ -6,7 +6,6 @@ SQLAlchemy and Alembic are imported inside the commands, so that other
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -14,7 +13,10 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
+from outbox.config import renamed_variable
+from outbox.durations import format_duration
 from outbox.errors import ConfigurationError
+from outbox_cli.settings_flags import duration_option
 
 if TYPE_CHECKING:
     from outbox.sql.log import LogTarget
@@ -44,7 +46,7 @@ TableOption = Annotated[
     str | None,
     typer.Option(
         "--table",
-        envvar="OUTBOX_TRANSACTION_LOG_TABLE",
+        envvar="OUTBOX_DB_TABLE",
         help="Name of the transaction-log table (default: outbox_transaction_log).",
         show_default=False,
     ),
@@ -53,26 +55,11 @@ SchemaOption = Annotated[
     str | None,
     typer.Option(
         "--schema",
-        envvar="OUTBOX_TRANSACTION_LOG_SCHEMA",
+        envvar="OUTBOX_DB_SCHEMA",
         help="Schema of the table (PostgreSQL); default: the connection's search path.",
         show_default=False,
     ),
 ]
-
-_DURATION_PART = re.compile(r"(\d+)([smhdw])")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-def parse_duration(text: str) -> timedelta:
-    """``72h``, ``7d``, ``1d12h``, ``90m``, ``2w``, ``3600s`` as a timedelta."""
-    compact = text.strip().lower().replace(" ", "")
-    parts = _DURATION_PART.findall(compact)
-    if not compact or "".join(n + u for n, u in parts) != compact:
-        raise ConfigurationError(
-            f"duration {text!r} is not understood: use a number and a unit (s, m, h, d, w), "
-            "e.g. 72h, 7d or 1d12h"
-        )
-    return timedelta(seconds=sum(int(n) * _UNIT_SECONDS[u] for n, u in parts))
 
 
 def _require_url(url: str | None) -> str:
@@ -87,6 +74,8 @@ def _require_url(url: str | None) -> str:
 def _target(table: str | None, schema: str | None) -> LogTarget:
     from outbox.sql.log import DEFAULT_TABLE, LogTarget
 
+    table = table or renamed_variable("OUTBOX_DB_TABLE")
+    schema = schema or renamed_variable("OUTBOX_DB_SCHEMA")
     return LogTarget(table or DEFAULT_TABLE, schema or None)
 
 
@@ -173,11 +162,12 @@ def current(url: UrlOption = None, table: TableOption = None, schema: SchemaOpti
 @db_app.command()
 def prune(
     older_than: Annotated[
-        str,
-        typer.Option(
+        float,
+        duration_option(
             "--older-than",
             envvar="OUTBOX_PRUNE_OLDER_THAN",
-            help="Delete rows older than this, e.g. 72h or 7d (at least 1h).",
+            help="Delete rows older than this, at least 1h",
+            unit=None,
             show_default=False,
         ),
     ],
@@ -193,7 +183,7 @@ def prune(
     from outbox.sql.engine import create_engine
     from outbox.sql.log import prune_transaction_log
 
-    horizon = parse_duration(older_than)
+    horizon = timedelta(seconds=older_than)
     url = _require_url(url)
     target = _target(table, schema)
     engine = create_engine(url)
@@ -203,7 +193,7 @@ def prune(
     finally:
         engine.dispose()
     typer.echo(
-        f"deleted {result.deleted} rows older than {older_than} "
+        f"deleted {result.deleted} rows older than {format_duration(older_than)} "
         f"(created before {result.horizon:%Y-%m-%d %H:%M:%S} UTC) from {target.qualified} "
         f"in {result.batches} batches"
     )

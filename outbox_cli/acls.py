@@ -14,8 +14,8 @@ from outbox.acls import (
     component_acls,
     kafka_acls_commands,
 )
-from outbox.cli_options import PrefixOption
 from outbox.protocol import DEFAULT_PREFIX, TopicNames
+from outbox_cli.options import PrefixOption
 
 acls_app = typer.Typer(help="The Kafka ACLs of the outbox's components.", no_args_is_help=True)
 

@@ -29,10 +29,11 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings
 from rich.markup import escape
 
-from outbox.cli_options import local_bootstrap, no_kafka_error
 from outbox.config import KafkaSettings, env_names, parse_properties, settings_error
+from outbox.durations import UNIT_WORDS, DurationError, Unit, duration_unit, parse_duration
 from outbox.errors import ConfigurationError
 from outbox.security import SECURITY_FIELD_NAMES
+from outbox_cli.options import local_bootstrap, no_kafka_error
 
 SettingsT = TypeVar("SettingsT", bound=BaseSettings)
 ResultT = TypeVar("ResultT")
@@ -108,8 +109,52 @@ def _flag_type(model: type[BaseSettings], name: str, info: FieldInfo) -> type:
     return str
 
 
-def _names(name: str, flags: FlagNames) -> tuple[str, ...]:
-    return tuple(flags.get(name, (f"--{name.replace('_', '-')}",)))
+_UNIT_SUFFIXES = ("_seconds", "_ms", "_hours")
+
+
+def _names(name: str, flags: FlagNames, model: type[BaseSettings] | None = None) -> tuple[str, ...]:
+    """A field's flags: ``--field-name``, unless ``flags`` names them; a duration field's
+    flag drops the unit (``--check-interval 10s``), its old ``--*-seconds`` spelling kept."""
+    if name in flags:
+        return tuple(flags[name])
+    flag = f"--{name.replace('_', '-')}"
+    if model is not None and duration_unit(model.model_fields[name].metadata):
+        for suffix in _UNIT_SUFFIXES:
+            if name.endswith(suffix):
+                return (f"--{name.removesuffix(suffix).replace('_', '-')}", flag)
+    return (flag,)
+
+
+def duration_parser(unit: Unit | None) -> Callable[[str], float]:
+    """A click parser of a duration flag: the amount in ``unit``; a bad value is a usage
+    error naming the flag (and its variable), as any refused flag value is."""
+
+    def parse(text: str) -> float:
+        if not isinstance(text, str):  # a default click passes on as it is
+            return text
+        try:
+            return parse_duration(text, unit)
+        except DurationError as exc:
+            raise typer.BadParameter(str(exc)) from None
+
+    return parse
+
+
+def duration_option(*names: str, help: str, unit: Unit | None = "s", **options: Any) -> Any:
+    """A ``typer.Option`` of a duration for a command's own flag (not a settings field)."""
+    return typer.Option(
+        *names,
+        help=help + duration_help(unit),
+        metavar="DURATION",
+        parser=duration_parser(unit),
+        **options,
+    )
+
+
+def duration_help(unit: Unit | None) -> str:
+    """What a duration flag's help adds: the syntax, and the unit of a plain number."""
+    plain = f"; a plain number is {UNIT_WORDS[unit]}" if unit else ""
+    return f" (duration: 500ms, 10s, 5m, 1d12h{plain})"
 
 
 def _help_default(info: FieldInfo) -> Any:
@@ -144,8 +189,9 @@ def _parameter(
 ) -> inspect.Parameter:
     info = model.model_fields[name]
     panel = _panel(name, panel_of)
-    names = _names(name, flags)
+    names = _names(name, flags, model)
     variables = env_names(model, name)
+    unit = duration_unit(info.metadata)
     default = None
     if _is_mapping(info):
         # Repeatable KEY=VALUE pairs; the variable, a JSON object, is pydantic's to read.
@@ -162,17 +208,21 @@ def _parameter(
         kind = _unwrap_optional(info.annotation)
         choices = typing.get_args(kind) if typing.get_origin(kind) is Literal else ()
         default = _help_default(info)
+        metavar = f"[{'|'.join(str(c) for c in choices)}]" if choices else None
+        if unit:
+            metavar = "DURATION"
         if kind is bool:  # --x/--no-x: a flag whose default is on must be able to turn it off
             names = (f"{names[0]}/--no-{names[0].removeprefix('--')}", *names[1:])
         option = typer.Option(
             *names,
             # One name as a string: click shows a list as its repr in error messages.
             envvar=variables[0] if len(variables) == 1 else list(variables),
-            help=_help(info),
-            metavar=f"[{'|'.join(str(c) for c in choices)}]" if choices else None,
+            help=_help(info) + (duration_help(unit) if unit else ""),
+            metavar=metavar,
             rich_help_panel=panel,
+            parser=duration_parser(unit) if unit else None,
         )
-        annotation = Annotated[_flag_type(model, name, info), option]
+        annotation = Annotated[float if unit else _flag_type(model, name, info), option]
     return inspect.Parameter(
         name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation
     )

@@ -1,7 +1,9 @@
 """Which table the migrations act on: passed in by ``outbox db``, or by ``-x`` arguments.
 
 The table name and schema are not fixed, so every revision asks here instead
-of naming them. ``outbox db`` sets ``config.attributes``; the plain ``alembic``
+of naming them (the revisions and ``env.py``, in ``migrations/``, are scripts
+Alembic loads by path; what they share is imported from here, by the
+library's own name). ``outbox db`` sets ``config.attributes``; the plain ``alembic``
 command passes ``-x table=NAME -x schema=NAME`` instead.
 """
 

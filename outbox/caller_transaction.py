@@ -1,0 +1,270 @@
+"""``producer.transaction(message)``: the caller's own database transaction as the local one.
+
+The listener form runs the local transaction for the caller; web services
+already hold a session per request, opened and committed by their own code.
+Here the send is split around it::
+
+    with producer.transaction(Message("orders", payload, key=order_id)) as txn:
+        # the half is written and acknowledged: the message may be published
+        with Session(engine) as session, session.begin():
+            session.add(order)
+            txn.join(session)  # the transaction-log row goes into this session
+    # the decision follows what the database did with the row
+
+It is the very send flow of ``send_message_in_transaction`` (validation, the
+half, the late-end rule, the op, the result), stopped where it would call the
+listener's ``execute_local_transaction`` and resumed when the block ends, with
+the state the database decided (:mod:`outbox.sql.joined`): COMMIT after the
+row's transaction committed, ROLLBACK after it ended without committing,
+nothing (UNKNOW) when the commit's outcome is unknown, and ROLLBACK when the
+block never joined a session (no row can exist). Whether the block raised
+does not matter: an error after the commit still publishes. Check-backs are
+answered by the producer's listener, a :class:`~outbox.sql.SqlTransactionListener`
+on the same log table, as for any other send.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Generator
+from inspect import isawaitable
+from types import TracebackType
+from typing import Any, Protocol, Self
+
+from outbox.errors import OutboxError
+from outbox.message import LocalTransactionState, Message, TransactionSendResult
+
+
+class JoinedSession(Protocol):
+    """What a joined session tells the block's end (:class:`outbox.sql.joined.JoinedSession`;
+    named by this protocol, as the producers are by ``Any``, so that the SQL side and the
+    producers, which import this module, are not imported back)."""
+
+    outcome: LocalTransactionState | None
+
+    def detach(self) -> None: ...
+
+
+log = logging.getLogger(__name__)
+
+COMMIT = LocalTransactionState.COMMIT_MESSAGE
+ROLLBACK = LocalTransactionState.ROLLBACK_MESSAGE
+UNKNOW = LocalTransactionState.UNKNOW
+
+
+class CallerTransactionError(OutboxError):
+    """``producer.transaction(...)`` used out of order (join outside the block, twice...)."""
+
+
+class _Paused:
+    """The ``arg`` of a send whose local transaction is the caller's block.
+
+    The send flow hands it back in its local-transaction step, which is where
+    the driver below stops instead of calling the listener.
+    """
+
+
+def _pauses_here(step: object, paused: _Paused) -> bool:
+    return getattr(step, "arg", None) is paused
+
+
+Flow = Generator[Any, Any, TransactionSendResult]
+
+
+class _CallerTransaction:
+    """What the sync and asyncio forms share: the state, the join, the decision."""
+
+    def __init__(self, producer: Any, core: Any, message: Message) -> None:
+        self._producer = producer
+        self._core = core
+        self._request = message
+        self._paused = _Paused()
+        self._flow: Flow | None = None
+        self._step: Any = None
+        self._joined: JoinedSession | None = None
+        self._join_failed = False
+        self._ended = False
+        self.result: TransactionSendResult | None = None
+        """The send's result once the block ended (as ``send_message_in_transaction``'s)."""
+
+    @property
+    def message(self) -> Message:
+        """The message as the listener would see it: transaction id, born time, half identity."""
+        if self._step is None:
+            raise CallerTransactionError("the transaction has no half yet: enter the with block")
+        return self._step.message  # type: ignore[no-any-return]
+
+    @property
+    def transaction_id(self) -> str:
+        return self.message.transaction_id or ""
+
+    def _begin(self) -> Flow:
+        if self._flow is not None:
+            raise CallerTransactionError("this transaction was entered already; make a new one")
+        self._core._admit()
+        self._flow = self._core._send_flow(self._request, self._paused)
+        return self._flow
+
+    def _joining(self) -> Any:
+        """The listener that writes the row, once the checks that need no session passed."""
+        if self._step is None or self._ended:
+            raise CallerTransactionError(
+                "join() belongs inside the `with producer.transaction(...)` block"
+            )
+        if self._joined is not None or self._join_failed:
+            raise CallerTransactionError("join() was called already: one session per transaction")
+        listener = self._core.listener
+        if not callable(getattr(listener, "join_caller_transaction", None)):
+            raise CallerTransactionError(
+                f"join() needs the producer's listener to be a SqlTransactionListener (or the "
+                f"async one), which answers its check-backs from the same log; got {listener!r}"
+            )
+        return listener
+
+    def _joined_with(self, join: Callable[[], JoinedSession]) -> None:
+        try:
+            self._joined = join()
+        except BaseException:
+            self._join_failed = True  # no row: the decision is ROLLBACK
+            raise
+
+    def _decision(self, error: BaseException | None) -> LocalTransactionState:
+        """What the database did with the row: the state the send flow resumes with."""
+        self._ended = True
+        joined = self._joined
+        if joined is None:
+            if error is None and not self._join_failed:
+                log.warning(
+                    "transaction block ended without join(session): rolled back transaction_id=%s",
+                    self.transaction_id,
+                )
+            return ROLLBACK
+        joined.detach()
+        if joined.outcome is None:
+            log.warning(
+                "the joined session's transaction was still open when the block ended; "
+                "left to the check-back transaction_id=%s",
+                self.transaction_id,
+            )
+            return UNKNOW
+        return joined.outcome
+
+
+class CallerTransaction(_CallerTransaction):
+    """``with producer.transaction(message) as txn``: see the module documentation."""
+
+    def __init__(self, producer: Any, message: Message) -> None:
+        """``producer``: the :class:`~outbox.producer.TransactionProducer` it sends with."""
+        super().__init__(producer, producer, message)
+
+    def __enter__(self) -> Self:
+        flow = self._begin()
+        try:
+            self._step = self._run(flow, None)
+        except BaseException:
+            self._core._release()
+            raise
+        return self
+
+    def _run(self, flow: Flow, resumed: object) -> Any:
+        """Resume the flow with ``resumed``; carry out its steps until it pauses for the block
+        (returning that step) or ends (None, its result kept)."""
+        take = self._core._take
+        try:
+            step = flow.send(resumed)
+            while not _pauses_here(step, self._paused):
+                try:
+                    outcome = take(step)
+                except Exception as exc:
+                    step = flow.throw(exc)
+                else:
+                    step = flow.send(outcome)
+        except StopIteration as finished:
+            self.result = finished.value
+            return None
+        return step
+
+    def join(self, session: Any) -> None:
+        """Put the log row into ``session`` (a SQLAlchemy ``Session``), inside its transaction."""
+        listener = self._joining()
+        self._joined_with(lambda: listener.join_caller_transaction(session, self.message))
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        assert self._flow is not None
+        try:
+            self._run(self._flow, self._decision(exc))
+        finally:
+            self._flow.close()
+            self._core._release()
+
+
+class AsyncCallerTransaction(_CallerTransaction):
+    """``async with producer.transaction(message) as txn``, ``await txn.join(session)``."""
+
+    def __init__(self, producer: Any, message: Message) -> None:
+        """``producer``: the :class:`~outbox.async_producer.AsyncTransactionProducer`."""
+        super().__init__(producer, producer._core, message)
+
+    async def __aenter__(self) -> Self:
+        flow = self._begin()
+        try:
+            self._step = await self._run(flow, None)
+        except BaseException:
+            self._core._release()
+            raise
+        return self
+
+    async def _run(self, flow: Flow, resumed: object) -> Any:
+        """As :meth:`CallerTransaction._run`, awaiting what the loop waits on."""
+        take = self._producer._take
+        try:
+            step = flow.send(resumed)
+            while not _pauses_here(step, self._paused):
+                try:
+                    outcome = take(step)
+                    if isawaitable(outcome):
+                        outcome = await outcome
+                except Exception as exc:
+                    step = flow.throw(exc)
+                else:
+                    step = flow.send(outcome)
+        except StopIteration as finished:
+            self.result = finished.value
+            return None
+        return step
+
+    async def join(self, session: Any) -> None:
+        """Put the log row into ``session`` (an ``AsyncSession``), inside its transaction."""
+        listener = self._joining()
+        sync_session = getattr(session, "sync_session", None)
+        run_sync = getattr(session, "run_sync", None)
+        if sync_session is None or run_sync is None:
+            from outbox.sql.errors import JoinError
+
+            self._join_failed = True
+            raise JoinError(
+                f"await join() takes a SQLAlchemy AsyncSession, got {type(session).__name__}"
+            )
+        try:
+            self._joined = await run_sync(listener.join_caller_transaction, self.message)
+        except BaseException:
+            self._join_failed = True
+            raise
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        assert self._flow is not None
+        try:
+            await self._run(self._flow, self._decision(exc))
+        finally:
+            self._flow.close()
+            self._core._release()
