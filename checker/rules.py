@@ -411,14 +411,21 @@ def _decide(
         if _identity(entry, half) in ended:
             plan.skipped_ended += 1
             return None
+        age = now_ms() - _stored_ms(entry, half)
+        discard = None
         if half.check_times >= rules.check_max:
             detail = f"checked {half.check_times} times without an answer"
-            plan.to_discard.append(Discard(entry, DiscardReason.CHECK_MAX, detail))
-            return None
-        age = now_ms() - _stored_ms(entry, half)
-        if age > rules.retention_ms:
+            discard = Discard(entry, DiscardReason.CHECK_MAX, detail)
+        elif age > rules.retention_ms:
             detail = f"stored {age // 1000}s ago, past the retention horizon"
-            plan.to_discard.append(Discard(entry, DiscardReason.RETENTION, detail))
+            discard = Discard(entry, DiscardReason.RETENTION, detail)
+        if discard is not None:
+            if ops.last_fill and len(ops.read_order) < rules.max_ops_per_round:
+                # Its answer may be among the ops not read yet: a decided half must not be
+                # listed as discarded (the relay publishes it all the same).
+                ops.fill()
+                continue
+            plan.to_discard.append(discard)
             return None
         if entry.stored_ms >= started:
             return StopReason.FRESH

@@ -663,12 +663,6 @@ def test_resuming_a_reused_id_puts_back_every_half_discarded_under_it() -> None:
         model.teardown()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="checker/rules.py discards a half at check_max (or the retention horizon) before "
-    "reading the ops past the first batch, where its decision may already be: a decided, "
-    "even published, half is listed as discarded (issue 23, found by the protocol model)",
-)
 def test_a_half_whose_answer_is_stored_is_not_discarded_at_check_max() -> None:
     """Found by the model. Two halves are asked about and both answered COMMIT before the
     next round; with ops read a batch at a time, that round skips the first copy (its op is
