@@ -196,6 +196,11 @@ def prune(
         f"deleted {result.deleted} rows older than {format_duration(older_than)} "
         f"(created before {result.horizon:%Y-%m-%d %H:%M:%S} UTC) from {target.qualified} "
         f"in {result.batches} batches"
+        + (
+            f", and {result.rollback_answers_deleted} kept ROLLBACK answers"
+            if result.rollback_answers_deleted
+            else ""
+        )
     )
 
 

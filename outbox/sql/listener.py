@@ -17,6 +17,8 @@ ROLLBACK row for this half                ROLLBACK_MESSAGE (an earlier answer)
 log row present, for another half of the  ROLLBACK_MESSAGE: the id is reused;
 same id                                   its row (the primary key) is taken,
                                           so this half can never commit
+a ROLLBACK answer kept for this half      ROLLBACK_MESSAGE (the log row may
+                                          since hold another half's answer)
 no row, half older than the grace period  ROLLBACK_MESSAGE, written down first
                                           as a ROLLBACK row for the half: a
                                           local transaction still committing
@@ -62,9 +64,10 @@ from outbox.sql.log import (
     DEFAULT_TABLE,
     REVISION_0002_COLUMNS,
     LogTarget,
-    missing_column,
+    missing_part,
     missing_table_error,
     outdated_table_error,
+    rollback_table,
     table_exists,
     transaction_log_table,
     upsert,
@@ -113,6 +116,7 @@ class TransactionLogRule:
         self._clock = clock
         self._table = table = transaction_log_table(target.table, target.schema)
         self._lookup = lookup_statement(table)
+        self._answers = rollback_table(target.table, target.schema)
 
     def answer_on(
         self, session: Session, message: Message, group: str = ""
@@ -130,6 +134,8 @@ class TransactionLogRule:
             )
             if verdict is not None:
                 return verdict
+            if rollback_answered(session, self._answers, message):
+                return ROLLBACK
             if message.born_ms is None:
                 log.warning("checked message has no born_ms; answering UNKNOW")
                 return UNKNOW
@@ -147,12 +153,45 @@ class TransactionLogRule:
         return UNKNOW if verdict is None else verdict
 
     def _record_rollback(self, session: Session, message: Message, group: str) -> Any:
-        """Write this half's ROLLBACK row unless a committed row won; the row that stands."""
+        """Write this half's ROLLBACK row unless a committed row won; the row that stands.
+
+        The answer is also kept for the half alone: the log row holds one answer per
+        id, and a ROLLBACK for another half of a reused id replaces it.
+        """
         table = self._table
-        values = _row(message, group, self._clock(), rolled_back=True)
-        session.execute(upsert(table, session.get_bind().dialect.name, values, table.c.rolled_back))
+        now = self._clock()
+        values = _row(message, group, now, rolled_back=True)
+        dialect = session.get_bind().dialect.name
+        wrote = upserted(session.execute(upsert(table, dialect, values, table.c.rolled_back)))
+        if wrote and message.half_partition is not None and message.half_offset is not None:
+            answer = {key: values[key] for key in _ANSWER_COLUMNS}
+            if not rollback_answered(session, self._answers, message):
+                session.execute(sa.insert(self._answers).values(answer))
         session.commit()
         return session.execute(self._lookup, {"id": message.transaction_id}).first()
+
+
+_ANSWER_COLUMNS = (
+    "transaction_id",
+    "half_partition",
+    "half_offset",
+    "producer_group",
+    "created_at",
+)
+
+
+def rollback_answered(session: Session, answers: sa.Table, message: Message) -> bool:
+    """Whether a check-back answered ROLLBACK for the half ``message`` names."""
+    if message.half_partition is None or message.half_offset is None:
+        return False  # a message of no half: the log row alone answers, by id
+    found = session.execute(
+        sa.select(answers.c.transaction_id).where(
+            answers.c.transaction_id == message.transaction_id,
+            answers.c.half_partition == message.half_partition,
+            answers.c.half_offset == message.half_offset,
+        )
+    ).first()
+    return found is not None
 
 
 def lookup_statement(table: sa.Table) -> sa.Select[Any]:
@@ -183,7 +222,7 @@ def _verdict(row: Any, message: Message) -> LocalTransactionState | None:
     if row is None:
         return None
     if row.rolled_back:
-        return ROLLBACK if _same_half(row, message) else None
+        return ROLLBACK if _is_half_of(row, message) else None
     return COMMIT if _same_half(row, message) else ROLLBACK
 
 
@@ -248,6 +287,7 @@ class TransactionLogListener(Generic[_Factory, _Business]):
         self._clock = clock
         self._table = transaction_log_table(self.target.table, self.target.schema)
         self._lookup = lookup_statement(self._table)
+        self._answers = rollback_table(self.target.table, self.target.schema)
 
     def join_caller_transaction(self, session: Session, message: Message) -> JoinedSession:
         """Put the half's log row into the caller's ``session``; watch what its transaction does.
@@ -265,9 +305,9 @@ class TransactionLogListener(Generic[_Factory, _Business]):
             raise unavailable(session.get_bind(), exc) from None  # type: ignore[arg-type]
         if not exists:
             raise missing_table_error(self.target, session.get_bind().url)
-        column = missing_column(session.connection(), self.target)
-        if column is not None:
-            raise outdated_table_error(self.target, column, session.get_bind().url)
+        part = missing_part(session.connection(), self.target)
+        if part is not None:
+            raise outdated_table_error(self.target, part, session.get_bind().url)
 
     def _execute_on(
         self, session: Session, message: Message, business: Callable[[], object]
@@ -349,14 +389,13 @@ class TransactionLogListener(Generic[_Factory, _Business]):
             )
         dialect = session.get_bind().dialect.name
         if upserted(session.execute(upsert(table, dialect, values, taken_over_when))):
+            # Read after the row is ours: a check of this half answering now waits for it.
+            if rollback_answered(session, self._answers, message):
+                raise _answered_rollback(message)
             return
         row = session.execute(self._lookup, {"id": message.transaction_id}).first()
         if row is not None and row.rolled_back:
-            raise LocalTransactionRolledBackByCheckError(
-                f"a check-back already answered ROLLBACK for transaction "
-                f"{message.transaction_id} (its COMMIT came too late, or the checking host's "
-                "clock runs ahead); rolled back instead of committed"
-            )
+            raise _answered_rollback(message)
         session.execute(sa.insert(table).values(values))  # the id is committed: refused
 
     def _require_open(self, transaction: SessionTransaction, transaction_id: str) -> None:
@@ -412,6 +451,14 @@ class SqlTransactionListener(TransactionLogListener[Callable[[], Session], Busin
             return self._check.answer_on(session, message, self.group)
 
 
+def _answered_rollback(message: Message) -> LocalTransactionRolledBackByCheckError:
+    return LocalTransactionRolledBackByCheckError(
+        f"a check-back already answered ROLLBACK for transaction "
+        f"{message.transaction_id} (its COMMIT came too late, or the checking host's "
+        "clock runs ahead); rolled back instead of committed"
+    )
+
+
 def _same_half(row: Any, message: Message) -> bool:
     """Whether the log row committed the half ``message`` names.
 
@@ -419,9 +466,7 @@ def _same_half(row: Any, message: Message) -> bool:
     recorded it, a listener called by hand) cannot tell halves apart: it
     answers by id, as before.
     """
-    if row.half_partition is None or message.half_partition is None:
-        return True
-    if (row.half_partition, row.half_offset) == (message.half_partition, message.half_offset):
+    if _is_half_of(row, message):
         return True
     log.warning(
         "transaction id %s was committed by half %d:%d, not by the half %d:%d asked about "
@@ -433,6 +478,13 @@ def _same_half(row: Any, message: Message) -> bool:
         message.half_offset,
     )
     return False
+
+
+def _is_half_of(row: Any, message: Message) -> bool:
+    """Whether the row is the half's, or one of them has no half identity to compare."""
+    if row.half_partition is None or message.half_partition is None:
+        return True
+    return (row.half_partition, row.half_offset) == (message.half_partition, message.half_offset)
 
 
 def explain_database_error(
@@ -448,14 +500,14 @@ def explain_database_error(
     if not isinstance(exc, ProgrammingError | OperationalError):
         return exc
     if target.table not in str(exc) and not any(c in str(exc) for c in REVISION_0002_COLUMNS):
-        return exc
+        return exc  # (the rollback table's name holds the log table's)
     try:
         with session_factory() as probe:  # the failed session may be unusable
             connection, url = probe.connection(), probe.get_bind().url
             if not table_exists(connection, target):
                 error = missing_table_error(target, url)
-            elif (column := missing_column(connection, target)) is not None:
-                error = outdated_table_error(target, column, url)
+            elif (part := missing_part(connection, target)) is not None:
+                error = outdated_table_error(target, part, url)
             else:
                 return exc
     except Exception:

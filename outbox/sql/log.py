@@ -6,9 +6,12 @@ check-back asks. The row names the half it committed (half partition and
 origin offset): a reused transaction id names several halves, only one of
 which committed. A check-back that answers ROLLBACK writes a ``rolled_back``
 row for its half, which a late local transaction of that half cannot commit
-past (the primary key serialises the two). The table is defined here for queries; it is created and
-evolved only by the Alembic migrations (``outbox db upgrade``), never by
-``create_all``, so production schemas have one source of truth and a history.
+past (the primary key serialises the two), and keeps the answer in
+``<table>_rollback``, one row per half: the next ROLLBACK answer for another
+half of the id replaces the log row, never that. The tables are defined here
+for queries; they are created and evolved only by the Alembic migrations
+(``outbox db upgrade``), never by ``create_all``, so production schemas have
+one source of truth and a history.
 
 Rows are only needed while a check-back may still ask about their transaction;
 :func:`prune_transaction_log` deletes older ones in short batches.
@@ -77,6 +80,11 @@ class LogTarget:
         return f"{self.schema}.{self.table}" if self.schema else self.table
 
     @property
+    def rollback_table(self) -> str:
+        """The ROLLBACK answers, one row per half (revision 0003)."""
+        return f"{self.table}_rollback"
+
+    @property
     def version_table(self) -> str:
         """Alembic's version table for this log: never the application's ``alembic_version``."""
         return f"{self.table}_version"
@@ -94,30 +102,64 @@ class LogTarget:
 
 
 @lru_cache(maxsize=64)
-def transaction_log_table(table: str = DEFAULT_TABLE, schema: str | None = None) -> sa.Table:
-    """The log table as SQLAlchemy metadata, for queries (the migrations create it).
+def log_metadata(table: str = DEFAULT_TABLE, schema: str | None = None) -> sa.MetaData:
+    """The tables the migrations create for one log, for queries: the log and its ROLLBACK answers.
 
-    Cached: the same name always yields the same Table object.
+    Cached: the same name always yields the same Table objects.
     """
     target = LogTarget(table, schema)
-    return sa.Table(
+    metadata = sa.MetaData(schema=target.schema)
+    sa.Table(
         target.table,
-        sa.MetaData(),
+        metadata,
         sa.Column("transaction_id", sa.String(MAX_TRANSACTION_ID_LENGTH), nullable=False),
         sa.Column("producer_group", sa.String(MAX_PRODUCER_GROUP_LENGTH), nullable=False),
-        sa.Column(
-            "created_at",
-            sa.DateTime(timezone=True),
-            nullable=False,
-            server_default=sa.func.current_timestamp(),
-        ),
+        _created_at(),
         sa.Column("half_partition", sa.Integer(), nullable=True),
         sa.Column("half_offset", sa.BigInteger(), nullable=True),
         sa.Column("rolled_back", sa.Boolean(), nullable=False, server_default=sa.false()),
         sa.PrimaryKeyConstraint("transaction_id", name=f"{target.table}_pkey"),
         sa.Index(f"ix_{target.table}_created_at", "created_at"),
-        schema=target.schema,
     )
+    # Every ROLLBACK answer of a check-back, one row per half: the log row holds one per id.
+    answers = target.rollback_table
+    sa.Table(
+        answers,
+        metadata,
+        sa.Column("transaction_id", sa.String(MAX_TRANSACTION_ID_LENGTH), nullable=False),
+        sa.Column("half_partition", sa.Integer(), nullable=False),
+        sa.Column("half_offset", sa.BigInteger(), nullable=False),
+        sa.Column("producer_group", sa.String(MAX_PRODUCER_GROUP_LENGTH), nullable=False),
+        _created_at(),
+        sa.PrimaryKeyConstraint(
+            "transaction_id", "half_partition", "half_offset", name=f"{answers}_pkey"
+        ),
+        sa.Index(f"{answers}_at", "created_at"),
+    )
+    return metadata
+
+
+def _created_at() -> sa.Column[datetime]:
+    return sa.Column(
+        "created_at",
+        sa.DateTime(timezone=True),
+        nullable=False,
+        server_default=sa.func.current_timestamp(),
+    )
+
+
+def transaction_log_table(table: str = DEFAULT_TABLE, schema: str | None = None) -> sa.Table:
+    """The log table: one row per committed local transaction (or ROLLBACK answer) per id."""
+    return _table_of(log_metadata(table, schema), LogTarget(table, schema).table, schema)
+
+
+def rollback_table(table: str = DEFAULT_TABLE, schema: str | None = None) -> sa.Table:
+    """Every ROLLBACK answer of a check-back, one row per half, beside the log table."""
+    return _table_of(log_metadata(table, schema), LogTarget(table, schema).rollback_table, schema)
+
+
+def _table_of(metadata: sa.MetaData, name: str, schema: str | None) -> sa.Table:
+    return metadata.tables[f"{schema}.{name}" if schema else name]
 
 
 def upsert(
@@ -169,17 +211,23 @@ def table_exists(connection: Connection, target: LogTarget) -> bool:
     return sa.inspect(connection).has_table(target.table, schema=target.schema)
 
 
-def missing_column(connection: Connection, target: LogTarget) -> str | None:
-    """The first column this version writes that the table lacks (not yet upgraded)."""
-    columns = {c["name"] for c in sa.inspect(connection).get_columns(target.table, target.schema)}
-    return next((name for name in REVISION_0002_COLUMNS if name not in columns), None)
+def missing_part(connection: Connection, target: LogTarget) -> str | None:
+    """The first column or table this version writes that is missing (not yet upgraded)."""
+    inspector = sa.inspect(connection)
+    columns = {c["name"] for c in inspector.get_columns(target.table, target.schema)}
+    column = next((name for name in REVISION_0002_COLUMNS if name not in columns), None)
+    if column is not None:
+        return f"column {column}"
+    if not inspector.has_table(target.rollback_table, schema=target.schema):
+        return f"its table {target.rollback_table}"
+    return None
 
 
-def outdated_table_error(target: LogTarget, column: str, url: object) -> TransactionLogMissingError:
+def outdated_table_error(target: LogTarget, part: str, url: object) -> TransactionLogMissingError:
     shown = describe_url(url) if url is not None else None  # type: ignore[arg-type]
     where = f" in {shown}" if shown else ""
     return TransactionLogMissingError(
-        f"transaction-log table {target.qualified!r}{where} lacks column {column} "
+        f"transaction-log table {target.qualified!r}{where} lacks {part} "
         f"(migrated by an older version): run {target.upgrade_hint(shown)}"
     )
 
@@ -202,8 +250,12 @@ def require_table(connection: Connection, target: LogTarget) -> None:
 @dataclass(frozen=True)
 class PruneResult:
     deleted: int
+    """Log rows deleted."""
     batches: int
+    """Short transactions the log rows took."""
     horizon: datetime
+    rollback_answers_deleted: int = 0
+    """Rows of ``<table>_rollback`` deleted (pruned by the same horizon, after the log)."""
 
 
 def prune_transaction_log(
@@ -233,26 +285,48 @@ def prune_transaction_log(
         )
     horizon = utc_from_timestamp(clock()) - older_than
     table = transaction_log_table(target.table, target.schema)
+    log_rows = _aged_out(table, (table.c.transaction_id,), horizon, batch_size)
+    with connect(engine) as connection:
+        require_table(connection, target)
+        answers = rollback_table(target.table, target.schema)
+        has_answers = sa.inspect(connection).has_table(answers.name, schema=target.schema)
+        connection.rollback()  # the inspection began a transaction; each batch begins its own
+        deleted, batches = _delete_in_batches(engine, connection, log_rows, batch_size)
+        answers_deleted = 0
+        if has_answers:  # (a table at revision 0002 has none yet)
+            key = (answers.c.transaction_id, answers.c.half_partition, answers.c.half_offset)
+            answer_rows = _aged_out(answers, key, horizon, batch_size)
+            answers_deleted, _ = _delete_in_batches(engine, connection, answer_rows, batch_size)
+        return PruneResult(deleted, batches, horizon, answers_deleted)
+
+
+def _delete_in_batches(
+    engine: Engine, connection: Connection, delete: sa.Delete, batch_size: int
+) -> tuple[int, int]:
+    """Run ``delete`` (one batch) until a batch finds fewer rows: (rows deleted, batches)."""
+    deleted = batches = 0
+    while True:
+        try:
+            with connection.begin():
+                count = connection.execute(delete).rowcount
+        except DBAPIError as exc:
+            if exc.connection_invalidated:
+                raise unavailable(engine, exc) from None
+            raise
+        batches += 1
+        deleted += count
+        if count < batch_size:
+            return deleted, batches
+
+
+def _aged_out(
+    table: sa.Table, key: tuple[sa.Column[Any], ...], horizon: datetime, batch_size: int
+) -> sa.Delete:
+    """Delete up to ``batch_size`` rows of ``table`` created before ``horizon``."""
     batch = (
-        sa.select(table.c.transaction_id)
+        sa.select(*key)
         .where(table.c.created_at < horizon)
         .limit(batch_size)
         .with_for_update(skip_locked=True)
     )
-    delete = table.delete().where(table.c.transaction_id.in_(batch.scalar_subquery()))
-    with connect(engine) as connection:
-        require_table(connection, target)
-        connection.rollback()  # the inspection began a transaction; each batch begins its own
-        deleted = batches = 0
-        while True:
-            try:
-                with connection.begin():
-                    count = connection.execute(delete).rowcount
-            except DBAPIError as exc:
-                if exc.connection_invalidated:
-                    raise unavailable(engine, exc) from None
-                raise
-            batches += 1
-            deleted += count
-            if count < batch_size:
-                return PruneResult(deleted, batches, horizon)
+    return table.delete().where(sa.tuple_(*key).in_(batch))

@@ -230,6 +230,15 @@ def free_port() -> int:
     return pick()
 
 
+def _backend_alive(engine: Engine, pid: int) -> bool:
+    """Asked in a transaction of its own: within one, PostgreSQL (15+, its default
+    ``stats_fetch_consistency = cache``) answers pg_stat_activity from the transaction's
+    first snapshot, so a backend seen once stays listed however long one waits."""
+    with engine.connect() as connection:
+        query = sa.text("SELECT count(*) FROM pg_stat_activity WHERE pid = :pid")
+        return bool(connection.execute(query, {"pid": pid}).scalar())
+
+
 @contextmanager
 def backend_killed_at_commit(engine: Engine, url: str) -> Iterator[list[int]]:
     """PostgreSQL: each COMMIT of ``engine`` finds its server process killed just before it.
@@ -244,13 +253,10 @@ def backend_killed_at_commit(engine: Engine, url: str) -> Iterator[list[int]]:
         with killer.begin() as other:
             other.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
         deadline = time.monotonic() + 60
-        with killer.connect() as other:  # wait until the backend is really gone
-            while other.execute(
-                sa.text("SELECT count(*) FROM pg_stat_activity WHERE pid = :pid"), {"pid": pid}
-            ).scalar():
-                if time.monotonic() > deadline:
-                    return  # `terminated` stays empty: the test fails, not by accident
-                time.sleep(0.05)
+        while _backend_alive(killer, pid):  # wait until the backend is really gone
+            if time.monotonic() > deadline:
+                return  # `terminated` stays empty: the test fails, not by accident
+            time.sleep(0.05)
         terminated.append(pid)
 
     event.listen(engine, "commit", terminate_backend)

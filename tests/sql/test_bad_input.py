@@ -169,18 +169,26 @@ def test_cli_bad_options(sqlite_url, args, fragment):
     assert_one_line_error(outbox("db", *args, "--url", sqlite_url), fragment)
 
 
-def test_a_log_table_at_an_older_revision_names_the_fix(database_url):
-    """Code that records the half's identity on a table migrated to 0001 only."""
+@pytest.mark.parametrize(
+    ("revision", "missing"), [("0001", "column half_partition"), ("0002", "its table {}_rollback")]
+)
+def test_a_log_table_at_an_older_revision_names_the_fix(database_url, revision, missing):
+    """Code that records the half's identity, and keeps ROLLBACK answers per half, on a
+    table migrated to an older revision."""
     engine = create_engine(database_url)
     target = LogTarget(unique_name("log"))
-    upgrade(engine, "0001", target=target)
+    upgrade(engine, revision, target=target)
     listener = SqlTransactionListener(
         sessionmaker(engine), lambda s, m, a: None, group="orders", table=target.table
     )
     try:
-        with pytest.raises(TransactionLogMissingError, match=r"lacks column half_partition.*up"):
+        with pytest.raises(
+            TransactionLogMissingError, match=rf"lacks {missing.format(target.table)}.*up"
+        ):
             listener.verify()
-        state, error = execute_as_send(listener, message(), None)
+        sent = message()
+        sent = sent.__class__(**{**sent.__dict__, "half_partition": 0, "half_offset": 1})
+        state, error = execute_as_send(listener, sent, None)
         assert state is LocalTransactionState.ROLLBACK_MESSAGE
         assert isinstance(error, TransactionLogMissingError)
         assert "outbox db upgrade" in str(error)

@@ -145,3 +145,26 @@ def test_concurrent_checks_of_one_half_agree(database: Database):
     with ThreadPoolExecutor(4) as pool:
         answers = list(pool.map(lambda _: check(), range(4)))
     assert answers == [ROLLBACK] * 4
+
+
+def test_a_half_answered_rollback_stays_so_after_another_half_of_its_id_is_answered(
+    database: Database,
+):
+    """Found by the protocol model. Two halves of a reused key are both answered ROLLBACK
+    (the second answer is written over the first's); the first half's local transaction,
+    late past its own time check (a clock stepped back, host skew), must still be refused:
+    its ROLLBACK answer stands, or it commits in the database and is never published."""
+    now = time.time()
+    first = message("key-1", born_ms=int(now * 1000))
+    first = first.__class__(**{**first.__dict__, "half_partition": 0, "half_offset": 3})
+    second = first.__class__(**{**first.__dict__, "half_offset": 9})
+    checker = database.listener(grace_seconds=GRACE, clock=lambda: now + GRACE + 1)
+    assert checker.check_local_transaction(first) is ROLLBACK
+    assert checker.check_local_transaction(second) is ROLLBACK
+    late = database.listener(grace_seconds=GRACE, clock=lambda: now)
+    state, error = execute_as_send(late, first, {"id": "o-1"})
+    assert state is ROLLBACK, "a half answered ROLLBACK committed later"
+    assert isinstance(error, LocalTransactionRolledBackByCheckError)
+    assert database.order_rows() == {}
+    assert checker.check_local_transaction(first) is ROLLBACK
+    assert checker.check_local_transaction(second) is ROLLBACK

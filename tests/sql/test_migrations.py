@@ -51,7 +51,7 @@ def tables(engine: sa.Engine, schema: str | None = None) -> set[str]:
 def drop(engine: sa.Engine, target: LogTarget) -> None:
     """Leave the shared PostgreSQL as found: downgrade to base keeps the version table."""
     with engine.begin() as connection:
-        for name in (target.table, target.version_table):
+        for name in (target.table, target.rollback_table, target.version_table):
             qualified = f"{target.schema}.{name}" if target.schema else name
             connection.execute(sa.text(f"DROP TABLE IF EXISTS {qualified}"))
 
@@ -69,9 +69,11 @@ def test_upgrade_downgrade_upgrade(database_url):
         assert [i["column_names"] for i in indexes] == [["created_at"]]
         assert upgrade(engine, target=target).current == head  # idempotent
 
+        assert target.rollback_table in tables(engine)
+
         status = downgrade(engine, "base", target=target)
         assert (status.current, status.at_head) == (None, False)
-        assert target.table not in tables(engine)
+        assert not {target.table, target.rollback_table} & tables(engine)
 
         assert upgrade(engine, target=target).current == head
         assert current(engine, target=target).at_head
@@ -101,8 +103,8 @@ def test_migrated_table_matches_the_model(database_url):
 
 
 def _ours(name: str | None, kind: str, target: LogTarget) -> bool:
-    """Compare the log table only: not the version table, nor other tests' tables."""
-    return kind != "table" or name == target.table
+    """Compare the log's tables only: not the version table, nor other tests' tables."""
+    return kind != "table" or name in (target.table, target.rollback_table)
 
 
 @pytest.mark.postgres
@@ -114,7 +116,7 @@ def test_custom_table_and_schema_on_postgres(postgres_url):
         connection.execute(sa.text(f"CREATE SCHEMA {schema}"))
     try:
         assert upgrade(engine, target=target).at_head
-        assert tables(engine, schema) == {"custom_log", "custom_log_version"}
+        assert tables(engine, schema) == {"custom_log", "custom_log_rollback", "custom_log_version"}
         assert "outbox_transaction_log" not in tables(engine)
         assert current(engine, target=target).at_head
         assert current(engine, target=LogTarget("custom_log")).current is None  # other schema
@@ -151,12 +153,10 @@ def test_cli_round_trip_with_a_custom_table(database_url):
         assert now.returncode == 0, now.stderr
         assert now.stdout.strip() == f"{table}: {head_revision()} (head)"
 
-        down = outbox("db", "downgrade", "--table", table, env=env)
-        assert down.returncode == 0, down.stderr
-        assert "at revision 0001" in down.stdout  # one step back
-        down = outbox("db", "downgrade", "--table", table, env=env)
-        assert down.returncode == 0, down.stderr
-        assert "none" in down.stdout
+        for step_back in ("at revision 0002", "at revision 0001", "none"):  # one step each
+            down = outbox("db", "downgrade", "--table", table, env=env)
+            assert down.returncode == 0, down.stderr
+            assert step_back in down.stdout
         assert table not in tables(engine)
 
         again = outbox("db", "upgrade", "--table", table, env=env)

@@ -9,11 +9,13 @@ import time
 from datetime import timedelta
 
 import pytest
+import sqlalchemy as sa
 
 from outbox import LocalTransactionState
 from outbox.durations import DurationError, parse_duration
 from outbox.errors import ConfigurationError
 from outbox.sql import prune_transaction_log
+from outbox.sql.log import rollback_table
 from tests.sql.conftest import Database, execute_as_send, message
 
 DAY = 86400.0
@@ -50,6 +52,24 @@ def test_old_rows_are_deleted_in_batches_young_rows_kept(database: Database, old
     assert (result.deleted, result.batches) == (old_count, batches)
     assert set(database.log_rows()) == young
     assert len(database.order_rows()) == old_count + 5  # business rows are the app's own
+
+
+def test_kept_rollback_answers_are_pruned_by_the_same_horizon(database: Database):
+    """Each ROLLBACK answer is kept per half in ``<table>_rollback``: it ages out too."""
+    answers = []
+    for age in (10 * DAY, 1 * DAY):
+        checked = time.time() - age
+        half = message(born_ms=int((checked - 3600) * 1000))
+        half = half.__class__(**{**half.__dict__, "half_partition": 0, "half_offset": len(answers)})
+        checker = database.listener(clock=lambda checked=checked: checked)
+        assert checker.check_local_transaction(half) is LocalTransactionState.ROLLBACK_MESSAGE
+        answers.append(half)
+    result = prune_transaction_log(database.engine, timedelta(days=7), target=database.target)
+    assert (result.deleted, result.rollback_answers_deleted) == (1, 1)
+    kept = rollback_table(database.target.table, database.target.schema)
+    with database.engine.connect() as connection:
+        rows = connection.execute(sa.select(kept.c.transaction_id)).scalars().all()
+    assert rows == [answers[1].transaction_id]  # the younger answer is kept
 
 
 def test_cli_prune_deletes_old_rows(database: Database):
