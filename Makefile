@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: install kafka-jars demo chaos test lint format clean bench bench-producer bench-checker spark-jars bench-sink model docs test-cluster
+.PHONY: install kafka-jars demo chaos test lint format clean bench bench-producer bench-checker spark-jars bench-sink model docs test-cluster test-long
 
 # The library with its test extras, and next to it the developer tooling
 # (devtools/: local runtimes, demo, chaos, pytest plugin), which is not in the
@@ -67,6 +67,10 @@ lint: install
 
 test: kafka-jars spark-jars lint
 	$(BIN)/pytest
+
+# Longer variants of proofs whose shorter variant runs in `make test`.
+test-long: kafka-jars spark-jars
+	$(BIN)/pytest -m long_proof
 
 # The three-node failover proofs kept out of `make test` while they stall intermittently.
 test-cluster: kafka-jars spark-jars

@@ -144,3 +144,12 @@ def test_mid_chunk_kills_strike_a_checker_and_leave_the_older_faults_where_they_
         assert len(kills) == 2 and all(0 <= f.target < 2 for f in kills)
         assert [f for f in plan if f not in kills] == older
         assert kills[0].describe().startswith("kill -9 checker mid-chunk #")
+
+
+def test_discard_cycles_are_drawn_last_and_leave_the_older_faults_where_they_were():
+    older = fault_plan(2, broker_restarts=1, mid_chunk_kills=1, **SIZES)
+    plan = fault_plan(2, broker_restarts=1, mid_chunk_kills=1, discard_cycles=2, **SIZES)
+    cycles = [f for f in plan if f.kind is FaultKind.DISCARD_RESUME_CYCLE]
+    assert len(cycles) == 2
+    assert [f for f in plan if f not in cycles] == older
+    assert all(f.describe() == "discard-and-resume cycle" for f in cycles)

@@ -40,6 +40,9 @@ class FaultKind(StrEnum):
     KILL_CHECKER_MID_CHUNK = "kill -9 checker mid-chunk"
     """A checker replica caught inside a round chunk's Kafka transaction, its put-back copies
     stored and its check requests not yet written."""
+    DISCARD_RESUME_CYCLE = "discard-and-resume cycle"
+    """Orders of a group nobody answers for: discarded, resumed, discarded again, resumed with
+    a producer answering (see :mod:`outbox_devtools.chaos.discard_cycle`)."""
 
     @property
     def verb(self) -> str:
@@ -101,6 +104,8 @@ class Fault:
     def describe(self) -> str:
         if self.kind is FaultKind.ROLLING_RESTART:
             return "rolling restart of every node"
+        if self.kind is FaultKind.DISCARD_RESUME_CYCLE:
+            return "discard-and-resume cycle"
         if self.kind is FaultKind.KILL_HALF_LEADER:
             target = f" of partition {self.target}"
         elif self.kind is FaultKind.KILL_RELAY_COORDINATOR:
@@ -130,6 +135,7 @@ def fault_plan(
     half_leader_kills: int = 0,
     coordinator_kills: int = 0,
     mid_chunk_kills: int = 0,
+    discard_cycles: int = 0,
 ) -> list[Fault]:
     """The faults of one run, in firing order; the same arguments give the same plan.
 
@@ -175,4 +181,5 @@ def fault_plan(
         faults += draw(FaultKind.KILL_HALF_LEADER, half_leader_kills, partitions, (1.0, 6.0))
         faults += draw(FaultKind.KILL_RELAY_COORDINATOR, coordinator_kills, checkers, (1.0, 6.0))
     faults += draw(FaultKind.KILL_CHECKER_MID_CHUNK, mid_chunk_kills, checkers, (0.5, 8.0))
+    faults += draw(FaultKind.DISCARD_RESUME_CYCLE, discard_cycles, 0, None)
     return sorted(faults, key=lambda fault: fault.at_share)

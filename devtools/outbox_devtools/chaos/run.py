@@ -25,6 +25,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,9 +40,11 @@ from rich.table import Table
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
 from outbox.config import kafka_client_config
 from outbox.errors import KafkaUnavailableError
+from outbox.producer import TransactionProducer
 from outbox.protocol import TopicNames
 from outbox.sql import create_engine, upgrade
 from outbox.sql.log import transaction_log_table
+from outbox_devtools.chaos.discard_cycle import MUTE_GROUP, DiscardCycle
 from outbox_devtools.chaos.plan import Fault, FaultKind, fault_plan
 from outbox_devtools.chaos.processes import CLIENT_TIMEOUTS, CheckerProcess, ProducerProcess
 from outbox_devtools.chaos.settings import ChaosSettings
@@ -141,8 +144,12 @@ class Cluster:
     events: list[FaultEvent] = field(default_factory=list)
     armed: list[ArmedCheck] = field(default_factory=list)
     armed_chunks: list[ArmedChunk] = field(default_factory=list)
+    cycles: list[tuple[FaultEvent, DiscardCycle]] = field(default_factory=list)
+    answering: list[TransactionProducer] = field(default_factory=list)
+    """Producers of the discard cycles' group, answering once a cycle is over."""
     producers_answer_checks: bool = True
     """False with --resolve-from-db: the checker reads the transaction log instead."""
+    database_url: str = ""
     started: float = field(default_factory=time.monotonic)
 
     @property
@@ -220,7 +227,7 @@ def _committed_in_database(url: str) -> set[str]:
         with engine.connect() as connection:
             rows = connection.execute(
                 sa.select(table.c.transaction_id).where(
-                    table.c.producer_group == GROUP,
+                    table.c.producer_group.in_((GROUP, MUTE_GROUP)),
                     ~table.c.rolled_back,  # a ROLLBACK check answer's row is no commit
                 )
             )
@@ -260,6 +267,9 @@ def _fire(cluster: Cluster, fault: Fault, console: Console) -> None:
             if checker.alive:
                 checker.kill()
         _record(cluster, fault, "all checkers", cluster.checkers, console)
+        return
+    if fault.kind is FaultKind.DISCARD_RESUME_CYCLE:
+        _start_cycle(cluster, fault, console)
         return
     if fault.kind is FaultKind.KILL_CHECKER_MID_CHUNK:
         # Armed whether it runs now or not: a replica down now is armed when it is back.
@@ -393,12 +403,47 @@ def _strike_armed(cluster: Cluster, console: Console) -> None:
         cluster.armed_chunks.remove(chunk)
 
 
+def _start_cycle(cluster: Cluster, fault: Fault, console: Console) -> None:
+    """Send a discard cycle's orders; the loop steps it (:func:`_step_cycles`) until done."""
+    name = f"group {MUTE_GROUP}"
+    if not cluster.producers_answer_checks:
+        _record_miss(
+            cluster, fault, name, "nothing discarded (answered from the database)", console
+        )
+        return
+    bootstrap = cluster.kafka.bootstrap_servers
+    cycle = DiscardCycle(
+        len(cluster.cycles),
+        bootstrap,
+        PREFIX,
+        REAL_TOPIC,
+        cluster.database_url,
+        GRACE_SECONDS,
+        CLIENT_TIMEOUTS,
+        answering=cluster.answering,
+    )
+    event = FaultEvent(fault, cluster.elapsed(), name, math.inf, outcome="under way")
+    cluster.events.append(event)
+    cycle.start()
+    cluster.cycles.append((event, cycle))
+
+
+def _step_cycles(cluster: Cluster, console: Console) -> None:
+    """Print what the discard cycles did; a cycle over gives its fault row its outcome."""
+    for event, cycle in cluster.cycles:
+        while not cycle.news.empty():
+            said = cycle.news.get()
+            console.print(f"    [red]{cluster.elapsed():6.1f}s[/] {said}", highlight=False)
+        if cycle.done:
+            event.outcome = cycle.describe()
+
+
 def _record_miss(
-    cluster: Cluster, fault: Fault, target: int, outcome: str, console: Console
+    cluster: Cluster, fault: Fault, target: int | str, outcome: str, console: Console
 ) -> None:
     """Log a fault that found nothing to strike: the run goes on, the table says why."""
     role = "checker" if fault.kind is FaultKind.KILL_CHECKER_MID_CHUNK else "producer"
-    name = f"{role} {target}"
+    name = target if isinstance(target, str) else f"{role} {target}"
     event = FaultEvent(fault, cluster.elapsed(), name, time.monotonic(), outcome=outcome)
     cluster.events.append(event)
     console.print(
@@ -491,6 +536,7 @@ def _send_with_faults(
     on_tick: Callable[[], None],
 ) -> None:
     queue = list(faults)
+    stopped = False
     waiting: dict[Fault, float] = {}  # when each fault fell due (see Cluster.ready_for)
     columns = (
         TextColumn("    transactions"),
@@ -506,6 +552,7 @@ def _send_with_faults(
             or cluster.armed
             or cluster.armed_chunks
             or cluster.down
+            or not all(cycle.done for _, cycle in cluster.cycles)
         ):
             for fault in [f for f in queue if cluster.sent >= f.at_share * settings.transactions]:
                 due_since = waiting.setdefault(fault, time.monotonic())
@@ -520,11 +567,18 @@ def _send_with_faults(
                         highlight=False,
                     )
             _strike_armed(cluster, console)
+            _step_cycles(cluster, console)
             _restart_due(cluster, console)
+            only_cycles_left = not (queue or cluster.armed or cluster.armed_chunks or cluster.down)
+            if cluster.sent >= settings.transactions and only_cycles_left and not stopped:
+                for producer in cluster.producers:  # a discard cycle needs no load, only time
+                    producer.stop_sending()
+                stopped = True
             on_tick()
             progress.update(task, completed=min(cluster.sent, settings.transactions))
             time.sleep(TICK_SECONDS)
         progress.update(task, completed=settings.transactions)
+    _step_cycles(cluster, console)  # what a cycle said as it ended
     _restart_due(cluster, console, all_now=True)
     for producer in cluster.producers:
         producer.stop_sending()
@@ -641,6 +695,7 @@ def run(console: Console, settings: ChaosSettings) -> int:
         half_leader_kills=settings.half_leader_kills,
         coordinator_kills=settings.coordinator_kills,
         mid_chunk_kills=settings.mid_chunk_kills,
+        discard_cycles=settings.discard_cycles,
     )
     _step(console, f"seed {settings.seed}: {len(faults)} faults planned")
     for fault in faults:
@@ -664,7 +719,11 @@ def run(console: Console, settings: ChaosSettings) -> int:
         if settings.brokers == 1
         else LocalKafkaCluster(work / "kafka", nodes=settings.brokers)
     )
-    with LocalPostgres(database="chaos") as postgres, kafka_runtime as kafka:
+    with (
+        _library_logs_to(logs / "controller.log"),
+        LocalPostgres(database="chaos") as postgres,
+        kafka_runtime as kafka,
+    ):
         bootstrap = kafka.bootstrap_servers
         console.print(
             f"    Kafka {bootstrap} (started in {kafka.last_start_seconds:.1f}s); "
@@ -679,7 +738,7 @@ def run(console: Console, settings: ChaosSettings) -> int:
         ensure_topics(
             AdminClient(kafka_client_config(bootstrap)),
             [
-                *plan_topics(names, settings.partitions, copies, (GROUP,)),
+                *plan_topics(names, settings.partitions, copies, (GROUP, MUTE_GROUP)),
                 TopicSpec(REAL_TOPIC, settings.partitions, copies, real_config),
             ],
         )
@@ -694,6 +753,7 @@ def run(console: Console, settings: ChaosSettings) -> int:
                 for i in range(settings.producers)
             ],
             producers_answer_checks=not settings.resolve_from_db,
+            database_url=postgres.url,
         )
         sink = Sink(bootstrap, work, settings.sink_format)
         try:
@@ -701,6 +761,10 @@ def run(console: Console, settings: ChaosSettings) -> int:
         finally:
             for producer in cluster.producers:
                 producer.finish(timeout=30)
+            for _, cycle in cluster.cycles:
+                cycle.stop()
+            for answering in cluster.answering:
+                answering.shutdown()
             for checker in cluster.checkers:
                 checker.stop(timeout=30)
             sink.stop()
@@ -708,6 +772,25 @@ def run(console: Console, settings: ChaosSettings) -> int:
     if not verdict.failures and not settings.work_dir:
         shutil.rmtree(work, ignore_errors=True)
     return 1 if verdict.failures else 0
+
+
+@contextmanager
+def _library_logs_to(path: Path) -> Iterator[None]:
+    """The outbox's own clients in this process (the discard cycles' producers) log to a file,
+    as the producer and checker processes do, not over the progress display."""
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    loggers = [logging.getLogger(name) for name in ("outbox", "outbox_checker")]
+    for logger in loggers:
+        logger.addHandler(handler)
+        logger.propagate = False
+    try:
+        yield
+    finally:
+        for logger in loggers:
+            logger.removeHandler(handler)
+            logger.propagate = True
+        handler.close()
 
 
 def _worker_config(settings: ChaosSettings, bootstrap: str, url: str, index: int) -> WorkerConfig:
@@ -853,6 +936,10 @@ def _report(
         ("  of which published", verdict.orphans_published),
         ("slow commits (blocked past the grace)", verdict.slow_commits),
         ("discarded halves", verdict.discarded),
+        *(
+            (f"discard cycle {n}: {cycle.describe()}", len(cycle.transaction_ids))
+            for n, (_, cycle) in enumerate(cluster.cycles)
+        ),
         ("sink query restarts", sink.restarts),
     ]
     for name, count in rows:

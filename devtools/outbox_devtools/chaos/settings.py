@@ -73,6 +73,12 @@ class ChaosSettings(BaseSettings):
         description="SIGKILLs of a checker replica inside a round chunk's Kafka transaction"
         " (put-back copies stored, check requests not yet written)",
     )
+    discard_cycles: int = Field(
+        1,
+        ge=0,
+        description="orders of a producer group nobody answers for: discarded at check_max,"
+        " resumed (discarded again), resumed with a producer answering (producers mode only)",
+    )
     checker_freezes: int = Field(
         1, ge=0, description="SIGSTOPs of a checker replica for 10-20 s, then SIGCONT"
     )
