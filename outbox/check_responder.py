@@ -129,7 +129,7 @@ class CheckResponder:
 
     def _handle(self, message: KafkaMessage) -> None:
         try:
-            request = CheckRequest.from_record(RawRecord.from_kafka(message))
+            request = CheckRequest.read(RawRecord.from_kafka(message))
         except MalformedRecordError as exc:
             log.warning("dropping a malformed check request: %s", exc)
             metrics.CHECKS_DROPPED.labels(self._producer_group, "malformed").inc()
