@@ -8,10 +8,11 @@ there is room, and its offset is only stored once it has been handed over.
 A request lost to a crash is harmless: the half is still pending, so the
 checker asks again.
 
-Requests are taken in batches (what the consumer holds, up to ``_BATCH``),
-each decoded once, and handed over as up to ``tasks`` executor tasks (one per
-check thread): a task answers its requests and awaits their ops' acknowledgements
-together, rather than a thread waiting for each op in turn.
+Requests are taken in batches (what the consumer holds, up to ``_BATCH``, never
+more than the executor has room for), each decoded once, and answered by up to
+``tasks`` drain tasks (one per check thread): a drain answers a share of the
+waiting requests and awaits their ops' acknowledgements together, rather than a
+thread waiting for each op in turn.
 """
 
 from __future__ import annotations
