@@ -3,8 +3,10 @@
 Two measurements, each on topics of its own (one half partition, so the rate
 is a per-partition figure):
 
-* **scan rate**: 100 000 pending halves (1 KiB values, born ten minutes ago, so
-  every one is due) are written with a plain idempotent producer.
+* **scan rate**: 100 000 pending halves (1 KiB values) are written with a plain
+  idempotent producer. Ages count from the broker's store time, so the walk
+  starts once the last half is older than the transaction timeout: every one is
+  due, and no round stops at a half still young (which would measure waiting).
   :class:`checker.service.Checker` then runs rounds in-process, back to back,
   until its half checkpoint has passed the backlog. The figure is the
   checker's alone: check requests sent per second of round time
@@ -19,9 +21,9 @@ is a per-partition figure):
   (``python -m bench.checker_driver``); its peak resident set (VmHWM) is the
   figure, read from ``/proc`` while it runs and reported by the child at exit.
 
-Why the clock is *not* skewed by default: a half is due when its born time is
-older than the transaction timeout, and halves written here are born in the
-past, so a real clock makes them all due. A clock skewed forward also moves
+Why the clock is *not* skewed by default: a half is due when its store time is
+older than the transaction timeout, and the walk waits for that, so a real
+clock makes them all due. A clock skewed forward also moves
 the round's start past the put-back copies the round itself writes; the rule
 "stored after the round began: stop" then never fires, and the round chases
 its own copies (re-checking unanswered ones) until the time budget is spent,
@@ -125,6 +127,24 @@ def write_halves(
     return time.monotonic() - began
 
 
+def wait_until_due(console: Console, written_at: float, skew_seconds: float) -> None:
+    """Until the last half written (stored by ``written_at``, monotonic) is due.
+
+    A half's age counts from its store time (``LogAppendTime``), not from the
+    born time written here: without the wait the rounds would meet halves still
+    younger than the transaction timeout, stop, and start again until they age.
+    """
+    timeout = CheckerSettings.model_construct().transaction_timeout_seconds
+    remaining = written_at + timeout + 0.5 - skew_seconds - time.monotonic()
+    if remaining > 0:
+        console.print(
+            f"    waiting {remaining:.1f}s until the last half is older than the "
+            f"transaction timeout ({timeout:g}s)",
+            highlight=False,
+        )
+        time.sleep(remaining)
+
+
 def fresh_topics(bootstrap: str, name: str) -> TopicNames:
     """Outbox topics (one partition each) no earlier run has touched."""
     topics = TopicNames(f"bench-checker-{name}-{uuid.uuid4().hex[:6]}")
@@ -203,7 +223,9 @@ def scan_phase(
     write_seconds = write_halves(
         console, bootstrap, topics, options.halves, options.value_bytes, options.write_compression
     )
+    written_at = time.monotonic()
     console.print(f"    backlog written in {write_seconds:.1f}s", highlight=False)
+    wait_until_due(console, written_at, options.clock_skew_seconds)
     answerer = (
         Answerer(bootstrap, topics.prefix, GROUP, options.check_threads) if options.answer else None
     )
@@ -298,6 +320,7 @@ def rss_phase(console: Console, options: Options, bootstrap: str) -> RssResult:
         options.write_compression,
     )
     console.print(f"    backlog written in {write_seconds:.1f}s", highlight=False)
+    wait_until_due(console, time.monotonic(), options.clock_skew_seconds)
     argv = [
         sys.executable,
         "-m",

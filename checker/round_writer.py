@@ -29,8 +29,8 @@ from outbox.protocol import (
     OutgoingRecord,
     TopicNames,
 )
-from outbox.protocol.sizes import records_a_half_becomes
-from outbox.size_limits import CHECKER_MESSAGE_MAX_BYTES, SizeLimits
+from outbox.protocol.sizes import record_size, records_a_half_becomes
+from outbox.size_limits import CHECKER_MESSAGE_MAX_BYTES, GROWTH_BYTES, SizeLimits
 from outbox.topic_catalog import TopicCatalog
 
 log = logging.getLogger(__name__)
@@ -299,6 +299,13 @@ class RoundWriter:
 
     def _oversize(self, entry: HalfEntry, partition: int, requeued: bool) -> str | None:
         assert entry.half is not None
+        written_to = (
+            (self._topics.half,)
+            if requeued
+            else (self._topics.half, self._topics.check(entry.half.producer_group))
+        )
+        if record_size(entry.raw) + GROWTH_BYTES <= self._limits.smallest(written_to):
+            return None  # the usual case: far from every limit, no record need be built
         if requeued:
             moved = entry.half.requeued(entry.offset, entry.stored_ms)
             return self._limits.problem("moved copy", moved.to_record(self._topics, partition))

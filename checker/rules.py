@@ -77,7 +77,7 @@ class HalfEntry:
     def of(cls, raw: RawRecord) -> HalfEntry:
         stored_ms = raw.timestamp_ms or 0
         try:
-            return cls(raw, stored_ms, HalfRecord.from_record(raw))
+            return cls(raw, stored_ms, HalfRecord.read(raw))
         except MalformedRecordError as exc:
             return cls(raw, stored_ms, None, exc)
 

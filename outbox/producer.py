@@ -25,6 +25,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from contextvars import ContextVar
+from functools import partial
 from types import TracebackType
 from typing import Any, Protocol, Self, TypeVar
 
@@ -79,6 +80,7 @@ from outbox.send_flow import (
     TopicLookup,
     Write,
     run_blocking,
+    run_blocking_together,
 )
 from outbox.serialization import Serialization, SerializerLike
 from outbox.settings import ProducerSettings
@@ -211,9 +213,10 @@ class TransactionProducer:
                 topic=self.topics.check(self.group),
                 consumer_group=self.topics.check(self.group),
                 producer_group=self.group,
-                answer=self._answer_check,
+                answer=self._answer_checks,
                 executor=self._check_executor,
                 capacity=self.settings.check_threads + self.settings.check_queue_size,
+                tasks=self.settings.check_threads,
                 ttl_ms=self.settings.check_request_ttl_seconds * 1000,
                 now_ms=self._now_ms,
             )
@@ -561,7 +564,46 @@ class TransactionProducer:
         ) as span:
             self._answer_check_in_span(request, span)
 
+    def _answer_checks(self, requests: list[CheckRequest]) -> None:
+        """Run on the check executor: answer a batch of checks as :meth:`_answer_check` does
+        each, their ops written together and their acknowledgements awaited together.
+
+        Spans are opened and closed one check at a time, so with tracing on
+        the checks are answered one by one.
+        """
+        if tracing.recording():
+            for request in requests:
+                self._answer_one(request)
+            return
+        flows = [self._check_flow(request, tracing.NO_SPAN) for request in requests]
+        failures = run_blocking_together(flows, self._start, self._take)
+        for failure in failures:
+            if failure is not None:
+                log.error("answering a check request failed", exc_info=failure)
+
+    def _answer_one(self, request: CheckRequest) -> None:
+        try:
+            self._answer_check(request)
+        except Exception:
+            log.exception("answering a check request failed")
+
+    def _start(self, step: Step) -> Callable[[], Any]:
+        """What waits for ``step``'s outcome, a write handed to the client already."""
+        if not isinstance(step, Write) or not step.wait:
+            return partial(self._take, step)
+        assert self._writer
+        try:
+            acknowledgement = self._writer.submit(step.record, step.deadline, step.failure)
+        except Exception as exc:
+            return partial(_raise, exc)
+        record, timeout, deadline, failure = step.record, step.timeout, step.deadline, step.failure
+        return partial(wait_acknowledged, acknowledgement, record, timeout, deadline, failure)
+
     def _answer_check_in_span(self, request: CheckRequest, span: Any) -> None:
+        self._run(self._check_flow(request, span))
+
+    def _check_flow(self, request: CheckRequest, span: Any) -> Flow[Any]:
+        """The listener's answer to ``request``, then its op on the copy (if it has one)."""
         half = request.half
         identity = half.identity(request.half_offset)
         message = Message(
@@ -590,8 +632,8 @@ class TransactionProducer:
         span.set_attribute("outbox.local_transaction_state", state.value)
         self._metrics.child(metrics.CHECKS_ANSWERED, state.value).inc()
         log.info("check answered transaction_id=%s state=%s", half.transaction_id, state.value)
-        self._run(
-            self._end(
+        return (
+            yield from self._end(
                 half,
                 request.half_partition,
                 request.half_offset,
@@ -608,6 +650,10 @@ class TransactionProducer:
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
+
+
+def _raise(error: Exception) -> None:
+    raise error
 
 
 def _count_end(

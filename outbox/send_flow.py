@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
+from functools import partial
 from inspect import isawaitable
 from typing import Any, TypeAlias, TypeVar
 
@@ -110,6 +111,62 @@ def run_blocking(flow: Flow[_T], take: Callable[[Step], Any]) -> _T:
                 step = flow.throw(exc)
             else:
                 step = flow.send(outcome)
+    except StopIteration as finished:
+        return finished.value  # type: ignore[no-any-return]
+    finally:
+        flow.close()
+
+
+def run_blocking_together(
+    flows: list[Flow[Any]],
+    start: Callable[[Step], Callable[[], Any]],
+    take: Callable[[Step], Any],
+) -> list[Exception | None]:
+    """Carry out ``flows`` in this thread, as :func:`run_blocking` would one by one, but with
+    their first steps under way together.
+
+    Each flow runs to its first step, which ``start`` sets going (a write is
+    handed to the client) and returns what waits for its outcome; then each
+    flow in turn gets that outcome and runs to its end with ``take``. So the
+    checks of a batch share the client's batches and one wait for their ops'
+    acknowledgements. A flow's failure ends it alone: returned, one per flow
+    (``None`` for a flow that finished).
+    """
+    firsts: list[Callable[[], Any] | Exception | None] = []
+    for flow in flows:
+        try:
+            firsts.append(start(next(flow)))
+        except StopIteration:
+            flow.close()
+            firsts.append(None)
+        except Exception as exc:
+            flow.close()
+            firsts.append(exc)
+    failures: list[Exception | None] = []
+    for flow, first in zip(flows, firsts, strict=True):
+        if first is None or isinstance(first, Exception):
+            failures.append(first)
+            continue
+        try:
+            _carry_on(flow, first, take)
+        except Exception as exc:
+            failures.append(exc)
+        else:
+            failures.append(None)
+    return failures
+
+
+def _carry_on(flow: Flow[_T], outcome: Callable[[], Any], take: Callable[[Step], Any]) -> _T:
+    """:func:`run_blocking` from a step already under way (``outcome`` waits for it)."""
+    try:
+        while True:
+            try:
+                result = outcome()
+            except Exception as exc:
+                step = flow.throw(exc)
+            else:
+                step = flow.send(result)
+            outcome = partial(take, step)
     except StopIteration as finished:
         return finished.value  # type: ignore[no-any-return]
     finally:

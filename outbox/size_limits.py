@@ -22,8 +22,9 @@ LIBRDKAFKA_MESSAGE_MAX_BYTES = 1_000_000
 CHECKER_MESSAGE_MAX_BYTES = 100 * 1024 * 1024
 """The checker's producers' ``message.max.bytes``: above any sane topic limit, so the topics'
 limits are the ones that apply to the copies, check requests and real records they write."""
-_GROWTH_BYTES = 4096
-"""More than any derived record adds to its half (headers, a discard's detail)."""
+GROWTH_BYTES = 4096
+"""More than any derived record adds to its half (headers, a discard's detail), or a put-back
+copy or check request to the stored half it is made of."""
 
 
 def client_message_max_bytes(client_config: Mapping[str, Any]) -> int:
@@ -40,6 +41,8 @@ class SizeLimits:
         self._topic_bytes: dict[str, int | None] = {}
         self._smallest: dict[tuple[str, str], int] = {}
         """The smallest limit a half's records meet, per (real topic, producer group)."""
+        self._smallest_of: dict[tuple[str, ...], int] = {}
+        """The smallest limit of records to these topics (:meth:`smallest`)."""
 
     def topic_bytes(self, topic: str) -> int | None:
         """The topic's ``max.message.bytes``; None for a topic that does not exist.
@@ -80,6 +83,14 @@ class SizeLimits:
             )
         return None
 
+    def smallest(self, topics: tuple[str, ...]) -> int:
+        """The smallest limit a record written by this client to any of ``topics`` meets."""
+        smallest = self._smallest_of.get(topics)
+        if smallest is None:
+            limits = [self.client_bytes, *filter(None, map(self.topic_bytes, topics))]
+            smallest = self._smallest_of[topics] = min(limits)
+        return smallest
+
     @staticmethod
     def topics_used(half: HalfRecord, topics: TopicNames) -> tuple[str, ...]:
         """The topics whose limits :meth:`fitting_half_record` looks up for ``half``."""
@@ -96,7 +107,7 @@ class SizeLimits:
             topics_used = self.topics_used(half, topics)
             limits = [self.client_bytes, *filter(None, map(self.topic_bytes, topics_used))]
             smallest = self._smallest[key] = min(limits)
-        if record_size(half_record) + _GROWTH_BYTES <= smallest:
+        if record_size(half_record) + GROWTH_BYTES <= smallest:
             return half_record  # the usual case: far from every limit
         problems = (
             self.problem(what, record, by_this_client=what == "half record")

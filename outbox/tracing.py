@@ -85,6 +85,13 @@ def span(
     )
 
 
+def recording() -> bool:
+    """Whether :func:`span` records spans now (OpenTelemetry and an SDK are installed)."""
+    if not ENABLED:
+        return False
+    return not isinstance(trace.get_tracer_provider(), ProxyTracerProvider | NoOpTracerProvider)
+
+
 def fail(current: Any, error: BaseException) -> None:
     """Mark ``current`` failed with ``error``, for failures handled inside its block."""
     if ENABLED and current is not NO_SPAN:

@@ -29,6 +29,7 @@ from outbox.protocol.headers import (
     HeaderList,
     HeaderReader,
     int_header,
+    is_reserved,
     text_header,
     user_headers,
 )
@@ -255,6 +256,19 @@ class HalfRecord:
     @classmethod
     def from_record(cls, raw: RawRecord) -> Self:
         return cls._from_headers(_check_kind(raw, RecordKind.HALF), raw)
+
+    @classmethod
+    def read(cls, raw: RawRecord) -> Self:
+        """:meth:`from_record` in one pass over the headers: what the checker reads per half.
+
+        A half it cannot read plainly (anything unusual: a duplicate, a null,
+        a number with a sign, a name to validate) goes through :meth:`from_record`,
+        so a malformed half fails with the same :class:`MalformedRecordError`.
+        """
+        read = _read_plainly(raw, _HALF_KIND, ())
+        if read is None:
+            return cls.from_record(raw)
+        return read[0]  # type: ignore[return-value]
 
     @classmethod
     def _from_headers(cls, reader: HeaderReader, raw: RawRecord) -> Self:
@@ -529,6 +543,15 @@ class CheckRequest:
         )
 
     @classmethod
+    def read(cls, raw: RawRecord) -> Self:
+        """:meth:`from_record` in one pass over the headers (see :meth:`HalfRecord.read`)."""
+        read = _read_plainly(raw, _CHECK_KIND, _CHECK_NUMBERS)
+        if read is None:
+            return cls.from_record(raw)
+        half, (half_partition, half_offset, requested_ms) = read
+        return cls(half, half_partition, half_offset, requested_ms)
+
+    @classmethod
     def from_record(cls, raw: RawRecord) -> Self:
         reader = _check_kind(raw, RecordKind.CHECK)
         return cls(
@@ -537,6 +560,94 @@ class CheckRequest:
             half_offset=reader.integer(Header.HALF_OFFSET),
             requested_ms=reader.integer(Header.REQUESTED_MS),
         )
+
+
+_CHECK_KIND = RecordKind.CHECK.value.encode()
+_CHECK_NUMBERS = (_HALF_PARTITION, _HALF_OFFSET, Header.REQUESTED_MS.value)
+_HALF_NAMES = frozenset(
+    (
+        _KIND,
+        _TRANSACTION_ID,
+        _PRODUCER_GROUP,
+        _REAL_TOPIC,
+        _BORN_MS,
+        _CHECK_TIMES,
+        _REAL_PARTITION,
+        _IMMUNITY_SECONDS,
+        _ORIGIN_OFFSET,
+        _ORIGIN_STORED_MS,
+    )
+)
+_CHECK_NAMES = _HALF_NAMES | frozenset(_CHECK_NUMBERS)
+_VALID_NAMES: dict[bytes, str] = {}
+"""Producer groups and topic names seen valid: a backlog names a few, over and over."""
+
+
+def _valid_name(value: bytes | None, validate: Any) -> str:
+    name = _VALID_NAMES.get(value)  # type: ignore[arg-type]
+    if name is None:
+        if value is None:
+            raise ValueError
+        name = validate(value.decode("utf-8"))
+        if len(_VALID_NAMES) >= 4096:
+            _VALID_NAMES.clear()
+        _VALID_NAMES[value] = name
+    return name
+
+
+def _plain_integer(value: bytes | None) -> int:
+    """A header number written plainly (decimal digits); ``ValueError`` for anything else."""
+    if value is None or not value.isdigit():
+        raise ValueError
+    return int(value)
+
+
+def _read_plainly(
+    raw: RawRecord, kind: bytes, numbers: tuple[str, ...]
+) -> tuple[HalfRecord, tuple[int, ...]] | None:
+    """The half a half record or check request carries, and the ``numbers`` headers it has,
+    read in one pass; ``None`` when anything is unusual (the full decoder then says what)."""
+    wanted = _CHECK_NAMES if numbers else _HALF_NAMES
+    found: dict[str, bytes | None] = {}
+    user: HeaderList = []
+    for name, value in raw.headers:
+        if name in wanted:
+            if name in found:
+                return None
+            found[name] = value
+        elif not is_reserved(name):
+            user.append((name, value))
+    try:
+        if found[_KIND] != kind:
+            return None
+        transaction_id = found[_TRANSACTION_ID]
+        if transaction_id is None:
+            return None
+        real_partition = found.get(_REAL_PARTITION, _ABSENT)
+        immunity = found.get(_IMMUNITY_SECONDS, _ABSENT)
+        origin = found.get(_ORIGIN_OFFSET, _ABSENT)
+        origin_stored = found.get(_ORIGIN_STORED_MS, _ABSENT)
+        half = HalfRecord(
+            transaction_id=validate_transaction_id(transaction_id.decode("utf-8")),
+            producer_group=_valid_name(found[_PRODUCER_GROUP], validate_producer_group),
+            real_topic=_valid_name(found[_REAL_TOPIC], validate_topic_name),
+            key=raw.key,
+            value=raw.value,
+            born_ms=_plain_integer(found[_BORN_MS]),
+            user_headers=user,
+            real_partition=None if real_partition is _ABSENT else _plain_integer(real_partition),
+            check_times=_plain_integer(found[_CHECK_TIMES]),
+            immunity_seconds=None if immunity is _ABSENT else _plain_integer(immunity),
+            origin_offset=None if origin is _ABSENT else _plain_integer(origin),
+            origin_stored_ms=None if origin_stored is _ABSENT else _plain_integer(origin_stored),
+        )
+        return half, tuple(_plain_integer(found[name]) for name in numbers)
+    except (KeyError, ValueError, UnicodeDecodeError):
+        return None
+
+
+_ABSENT: Any = object()
+"""A stand-in for a header that is not there (``None`` is a header's null value)."""
 
 
 # Headers a discard record sets itself; any copy of them among the original

@@ -31,7 +31,7 @@ _WIDEST_DETAIL = "x" * 1000
 """The longest discard detail the protocol writes."""
 
 
-def record_size(record: OutgoingRecord) -> int:
+def record_size(record: OutgoingRecord | RawRecord) -> int:
     """An upper bound of the bytes ``record`` takes in a batch (what both limits measure)."""
     headers = sum(
         len(name) + len(value or b"") + HEADER_FRAMING_BYTES for name, value in record.headers
