@@ -221,6 +221,13 @@ class Relay:
         """Per op partition, the op offset last said to wait for its half (logged once)."""
         self._unrestored: set[int] = set()
         """Owned op partitions not yet put back at their committed offset: their records wait."""
+        self._dirty: set[int] = set()
+        """Op partitions whose memory learned decisions not committed yet (the batch under way,
+        or one that failed): such a memory is no longer the committed offset's."""
+        self._shelf: dict[int, tuple[int, DecisionMemory]] = {}
+        """Memories of partitions this replica stopped relaying (a fence, a rebalance, a failed
+        batch), each with the committed offset it is exact at: taken back on a restore
+        instead of re-reading the op partition from the memory's floor."""
         self._in_transaction = False
         self._batch_topics: list[str] = []
         """Topics the transaction under way writes: what a refused WRITE names."""
@@ -351,9 +358,8 @@ class Relay:
         if consumer is not self._consumer:
             return
         for tp in partitions:
-            self._memories.pop(tp.partition, None)
+            self._shelve(tp.partition)
             self._halves.forget(tp.partition)
-            self._relayed.pop(tp.partition, None)
             self._unrestored.discard(tp.partition)
             with suppress(KeyError):  # not reported yet; older prometheus clients raise then
                 metrics.RELAY_LAG.remove(str(tp.partition))  # another replica reports it now
@@ -389,9 +395,13 @@ class Relay:
             metadata = None
         else:
             metadata = committed.metadata
-        memory = DecisionMemory.from_metadata(metadata, self._settings.memory, low)
+        kept = self._kept_memory(partition, position, low)
+        if kept is None:
+            memory = DecisionMemory.from_metadata(metadata, self._settings.memory, low)
+            offset = memory.op_floor
+        else:
+            memory, offset = kept
         rebuilt = 0
-        offset = memory.op_floor
         while offset < position:
             batch = self._op_history.read(partition, offset, 500)
             if not batch:
@@ -408,12 +418,41 @@ class Relay:
         self._memories[partition] = memory
         self._relayed[partition] = position
         log.info(
-            "op partition %d: relay resumes at %d, %d decisions re-read",
+            "op partition %d: relay resumes at %d, %d decisions re-read%s",
             partition,
             position,
             rebuilt,
+            "" if kept is None else " (its memory kept)",
         )
         return position
+
+    def _shelve(self, partition: int) -> None:
+        """Stop relaying ``partition``; keep its memory if it is the committed offset's."""
+        memory = self._memories.pop(partition, None)
+        relayed = self._relayed.pop(partition, None)
+        if memory is not None and relayed is not None and partition not in self._dirty:
+            self._shelf[partition] = (relayed, memory)
+        self._dirty.discard(partition)
+
+    def _kept_memory(
+        self, partition: int, position: int, low: int
+    ) -> tuple[DecisionMemory, int] | None:
+        """The shelved memory of ``partition``, with the op offset to read on from, if it can
+        be made exact at the committed ``position``; ``None``: rebuild it from the metadata.
+
+        Shelved at offset ``kept``, it holds the first decision of every identity above its
+        floor among the ops below ``kept``: a fact of the op partition, whoever committed
+        what. Learning the ops another replica relayed meanwhile, [kept, position), makes
+        it exact at ``position``, if the partition still holds them (``low``); a committed
+        offset behind it (none, or reset) is not this memory's.
+        """
+        shelved = self._shelf.pop(partition, None)
+        if shelved is None:
+            return None
+        kept, memory = shelved
+        if low <= kept <= position:
+            return memory, kept
+        return None
 
     def _rewind(self) -> None:
         """After a failed batch: abort, then resume every partition from what Kafka committed.
@@ -442,8 +481,7 @@ class Relay:
 
     def _stand_aside(self, partition: int) -> None:
         """Relay nothing of ``partition`` until :meth:`_resume` puts it back."""
-        self._memories.pop(partition, None)
-        self._relayed.pop(partition, None)
+        self._shelve(partition)
         self._unrestored.add(partition)
 
     def _resume(self) -> None:
@@ -534,8 +572,7 @@ class Relay:
         old, self._consumer = self._consumer, self._new_consumer()
         for partition in list(self._memories):
             self._halves.forget(partition)
-        self._memories.clear()
-        self._relayed.clear()
+            self._shelve(partition)
         self._unrestored.clear()
         close_in_background(old)
 
@@ -615,6 +652,7 @@ class Relay:
                 )
                 continue
             memory = self._memories[raw.partition]
+            self._dirty.add(raw.partition)
             if not memory.is_first(decision.identity, raw.offset, scans[raw.partition]):
                 report.second_decisions += 1
                 continue
@@ -632,6 +670,7 @@ class Relay:
 
     def _commit_batch(self, outgoing: list[OutgoingRecord], next_offsets: dict[int, int]) -> None:
         """Write ``outgoing`` and commit the op offsets with the memories, in one transaction."""
+        self._dirty.update(next_offsets)  # shrunk below: the committed memory only if it commits
         self._batch_topics = sorted({record.topic for record in outgoing})
         offsets = []
         for partition, offset in next_offsets.items():
@@ -655,6 +694,7 @@ class Relay:
             raise KafkaUnavailableError(f"relay transaction abandoned: {exc}") from None
         self._in_transaction = False
         self._relayed.update(next_offsets)
+        self._dirty.difference_update(next_offsets)
 
     def _transact(
         self,
