@@ -153,6 +153,15 @@ class RelaySettings:
     """Idle this long while its op partitions have undelivered decisions: the consumer is wedged."""
     session_timeout_ms: int = CHECKER_DEFAULTS.session_timeout_ms
     """The relay consumer's session (:mod:`checker.membership`)."""
+    transaction_deadline: float = 5.0
+    """A batch's Kafka transaction still running this long is abandoned and its producer
+    fenced (a new one's ``init_transactions`` aborts it, or lets a commit under way finish;
+    the partitions then resume from what Kafka committed), so exactly-once does not hang on
+    it. A batch commits in a few ms (``outbox_checker_relay_stage_seconds``), under 1 s at
+    p99 on a loaded 2-core machine; one stuck past that waits for a client that lost its
+    coordinator or a partition's leader (librdkafka 2.x can block in
+    ``send_offsets_to_transaction`` for minutes). Waiting out the transaction timeout plus
+    5 s (15 s) held publication that long after a coordinator's node was killed."""
 
     @classmethod
     def from_settings(cls, settings: CheckerSettings) -> RelaySettings:
@@ -163,17 +172,6 @@ class RelaySettings:
             transaction_timeout_ms=settings.relay_transaction_timeout_ms,
             session_timeout_ms=settings.session_timeout_ms,
         )
-
-    @property
-    def transaction_deadline(self) -> float:
-        """A batch's Kafka transaction still running this long is abandoned and its producer
-        fenced. The coordinator aborts a transaction open longer than
-        ``transaction_timeout_ms`` itself, so one still running past it cannot commit any
-        more; waiting beyond that only stalls publication. The margin (5 s) covers the
-        commit of a transaction begun just inside the timeout: a batch commits in a few ms
-        (``outbox_checker_relay_stage_seconds``), under 1 s at p99 on a loaded 2-core
-        machine."""
-        return self.transaction_timeout_ms / 1000 + 5.0
 
 
 class Relay:
@@ -229,6 +227,8 @@ class Relay:
         batch), each with the committed offset it is exact at: taken back on a restore
         instead of re-reading the op partition from the memory's floor."""
         self._in_transaction = False
+        self._stage = ""
+        """The call the transaction under way is in: what a stuck one names."""
         self._batch_topics: list[str] = []
         """Topics the transaction under way writes: what a refused WRITE names."""
         self._stopping = threading.Event()
@@ -688,7 +688,9 @@ class Relay:
                 "outbox-relay-transaction",
             )
         except StuckError as exc:
-            log.error("a relay transaction is stuck; fencing its producer: %s", exc)
+            log.error(
+                "a relay transaction is stuck in %s; fencing its producer: %s", self._stage, exc
+            )
             self._in_transaction = False
             self._producer = self._new_producer()
             raise KafkaUnavailableError(f"relay transaction abandoned: {exc}") from None
@@ -705,12 +707,16 @@ class Relay:
     ) -> None:
         """The batch's Kafka transaction: real records, discards, op offsets with the memory."""
         started = time.monotonic()
+        self._stage = "begin_transaction"
         producer.begin_transaction()
+        self._stage = "produce"
         for record in outgoing:
             produce_when_room(producer, **record.produce_kwargs())
         produced = time.monotonic()
         _STAGE["produce"].observe(produced - started)
+        self._stage = "send_offsets_to_transaction"
         producer.send_offsets_to_transaction(offsets, group, self._settings.timeout)
+        self._stage = "commit_transaction"
         producer.commit_transaction(self._settings.timeout)
         _STAGE["commit"].observe(time.monotonic() - produced)
 

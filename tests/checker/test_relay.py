@@ -236,8 +236,9 @@ def test_a_stuck_relay_transaction_is_abandoned_fenced_and_its_batch_published_o
     outbox_topics: OutboxTopics,
 ):
     """librdkafka can block in send_offsets_to_transaction for minutes after a broker
-    restart; the relay gives up on such a batch, fences the stuck producer and reads
-    the batch again. The stuck call is made to hang where that one hangs."""
+    restart; the relay gives up on such a batch at its deadline (5 s: a batch commits in
+    ms), fences the stuck producer and reads the batch again. The stuck call is made to
+    hang where that one hangs."""
     t = outbox_topics
     half = pending_half(t, f"stuck-{uuid.uuid4().hex[:6]}")
     decide(t, half, write_half(t, half), COMMIT)
@@ -262,7 +263,11 @@ def test_a_stuck_relay_transaction_is_abandoned_fenced_and_its_batch_published_o
     relay.start()
     try:
         wait_for(lambda: HangsOnce.hung, what="the stuck batch")
+        hung = time.monotonic()
         wait_for(lambda: published(t) == Counter({half.transaction_id: 1}), what="publication")
+        # Abandoned at its deadline, not after the transaction timeout (10 s) plus 5 s.
+        took = time.monotonic() - hung
+        assert took < 12.0, f"published {took:.1f}s after the batch got stuck"
         release.set()  # the abandoned call wakes up: its producer was fenced
         time.sleep(3)
         assert published(t) == Counter({half.transaction_id: 1})
