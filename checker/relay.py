@@ -467,7 +467,10 @@ class Relay:
             self._stand_aside(partition)
         try:
             if self._in_transaction:
-                self._producer.abort_transaction(self._settings.timeout)
+                # Within the deadline, not the client timeout (30 s): an abort blocks while
+                # the transaction's coordinator is frozen or dead, and a fresh producer's
+                # init_transactions aborts the transaction as well, at its new coordinator.
+                self._producer.abort_transaction(self._settings.transaction_deadline)
                 self._in_transaction = False
         except KafkaException as exc:
             log.warning("relay abort failed (%s); starting a fresh producer", exc)

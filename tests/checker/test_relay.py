@@ -628,3 +628,57 @@ def test_a_kept_memory_learns_what_another_replica_relayed_meanwhile(
     finally:
         relay.close()
     assert published(t) == Counter({h.transaction_id: 1 for h in (early, late, last)})
+
+
+class AbortHangsOnce:
+    """A relay producer whose first abort hangs out its timeout, as librdkafka's does while the
+    transaction's coordinator is frozen (a SIGSTOPped node) or killed: 7-17 s on a three-node
+    chaos run, with the relay's client timeout (30 s) as the bound."""
+
+    hung_for: float | None = None
+
+    def __init__(self, producer: Producer) -> None:
+        self._producer = producer
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._producer, name)
+
+    def abort_transaction(self, timeout: float) -> None:
+        if AbortHangsOnce.hung_for is None:
+            AbortHangsOnce.hung_for = timeout
+            time.sleep(timeout)
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
+        self._producer.abort_transaction(timeout)
+
+
+def test_a_relay_whose_abort_hangs_gives_up_on_it_at_the_transaction_deadline(
+    outbox_topics: OutboxTopics,
+):
+    """After a failed batch the relay aborts it; an abort that cannot reach the coordinator
+    is given up at the transaction deadline and a fresh producer fences it instead, so
+    publication resumes in seconds, not after the client timeout."""
+    t = outbox_topics
+    transactional_id = f"{t.names.prefix}.relay.abort-{uuid.uuid4().hex[:6]}"
+
+    class Hanging(Relay):
+        def _new_producer(self):
+            producer = super()._new_producer()
+            return producer if AbortHangsOnce.hung_for is not None else AbortHangsOnce(producer)
+
+    AbortHangsOnce.hung_for = None
+    relay = a_relay(Hanging, t, transactional_id, timeout=30.0)
+    try:
+        wait_for(lambda: relay.pump(0.2) is not None and len(relay.partitions) == 3, what="owns")
+        half = pending_half(t, f"abort-{uuid.uuid4().hex[:6]}")
+        decide(t, half, write_half(t, half), COMMIT)
+        zombie_killer = Producer({**t.client_config, "transactional.id": transactional_id})
+        zombie_killer.init_transactions(30)  # the batch fails: its producer is fenced
+        del zombie_killer
+        relay.start()
+        failed = time.monotonic()
+        wait_for(lambda: published(t) == Counter({half.transaction_id: 1}), what="publication")
+        took = time.monotonic() - failed
+    finally:
+        relay.close()
+    assert AbortHangsOnce.hung_for == RelaySettings().transaction_deadline
+    assert took < 12.0, f"published {took:.1f}s after the batch failed"
