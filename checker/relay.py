@@ -324,14 +324,14 @@ class Relay:
     # ----------------------------------------------------------- membership
 
     def _new_consumer(self) -> Consumer:
-        consumer = Consumer(
-            group_consumer_config(
-                self._client_config,
-                self._group_id,
-                self._instance_id,
-                self._settings.session_timeout_ms,
-            )
+        config = group_consumer_config(
+            self._client_config,
+            self._group_id,
+            self._instance_id,
+            self._settings.session_timeout_ms,
         )
+        self._session_log = config["logger"]
+        consumer = Consumer(config)
         consumer.subscribe(
             [self._topics.op],
             on_assign=self._on_assign,
@@ -847,9 +847,14 @@ class Relay:
         if error is None:
             return True
         if self._instance_id is not None and is_instance_fenced(error):
-            if self._fences.too_many():
+            own = self._session_log.timed_out_lately()  # its own rejoin's fence: no twin
+            if not own and self._fences.too_many():
                 raise DuplicateInstanceError(self._instance_id, f"relay group {self._group_id!r}")
-            log.warning("relay consumer fenced (%s): joining again with a fresh one", error.str())
+            log.warning(
+                "relay consumer fenced%s (%s): joining again with a fresh one",
+                " after its session timed out" if own else "",
+                error.str(),
+            )
             self._replace_consumer()
             return False
         if error.code() != KafkaError._PARTITION_EOF:
