@@ -17,6 +17,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Iterator
+from contextlib import suppress
 from typing import Any
 
 from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
@@ -268,25 +269,54 @@ def end_offsets(
     return ends
 
 
+_LEADER_PATIENCE = 2.0
+"""How long one watermark question waits on a partition's leader before the client is made
+to look the leader up again."""
+_NO_LEADER = (
+    KafkaError._TIMED_OUT,
+    KafkaError._TRANSPORT,
+    KafkaError._DESTROY_BROKER,
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+)
+
+
 def watermarks(consumer: Consumer, partition: TopicPartition, timeout: float) -> tuple[int, int]:
     """A partition's low and high watermarks, asked of its leader.
 
-    After a node of a cluster was killed and came back, a long-lived consumer
-    could answer ``_UNKNOWN_PARTITION`` for a partition the cluster has, round
-    after round, for minutes (a three-node failover test stalled publication
-    so). Asking for the topic's metadata refreshes what the client knows of
-    it; then the question is asked once more.
+    librdkafka sends the question to the leader it knows and waits for that node: after
+    the leader was killed or frozen, for the whole ``timeout`` (30 s) or until the node
+    came back, though the controller elected a new leader within its broker session
+    (5-9 s); a three-node chaos run stalled publication 15 s on one such call. And after
+    a node came back, a long-lived consumer could answer ``_UNKNOWN_PARTITION`` for a
+    partition the cluster has, round after round, for minutes. So each question waits
+    :data:`_LEADER_PATIENCE` at most; one unanswered (or answered by no leader) refreshes
+    the topic's metadata, which names the new leader, and is asked again until ``timeout``
+    (an unknown partition once only: a partition a topic lacks is no outage).
     """
-    try:
-        low, high = consumer.get_watermark_offsets(partition, timeout=timeout)
-    except KafkaException as exc:
-        if exc.args[0].code() != KafkaError._UNKNOWN_PARTITION:
-            raise
-        log.info(
-            "%s[%d] unknown to the client: refreshing its metadata",
-            partition.topic,
-            partition.partition,
-        )
-        consumer.list_topics(partition.topic, timeout=timeout)
-        low, high = consumer.get_watermark_offsets(partition, timeout=timeout)
-    return int(low), int(high)
+    deadline = time.monotonic() + timeout
+    unknown_once = False
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            low, high = consumer.get_watermark_offsets(
+                partition, timeout=max(0.1, min(_LEADER_PATIENCE, remaining))
+            )
+            return int(low), int(high)
+        except KafkaException as exc:
+            code = exc.args[0].code()
+            unknown = code == KafkaError._UNKNOWN_PARTITION and not unknown_once
+            if not (code in _NO_LEADER or unknown) or time.monotonic() >= deadline:
+                raise
+            unknown_once = unknown_once or unknown
+            log.info(
+                "%s[%d] unanswered by the leader the client knows (%s): refreshing its metadata",
+                partition.topic,
+                partition.partition,
+                exc.args[0].str(),
+            )
+        with suppress(KafkaException):
+            consumer.list_topics(
+                partition.topic,
+                timeout=max(0.1, min(_LEADER_PATIENCE, deadline - time.monotonic())),
+            )

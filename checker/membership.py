@@ -16,7 +16,13 @@ broker tells the older one (``FENCED_INSTANCE_ID``, fatal to its consumer),
 which refuses to go on (:class:`outbox.errors.DuplicateInstanceError`) once
 it has been fenced again and again (:class:`Fences`): a single fence also
 happens to a lone replica, when a broker restart loses its group's answer to a
-join that librdkafka then repeats. A
+join that librdkafka then repeats. And a static member whose session timed out
+(its group's coordinator frozen or killed, and the group moved to another node)
+is fenced by its own rejoin, fatally (librdkafka 2.x, confluentinc/librdkafka#3437):
+a three-node chaos run saw four such fences in 47 s, one per node fault, and the
+relay took itself for a twin and stopped. Such a fence follows the consumer's
+session timeout (:class:`SessionLog`) and is not counted; a twin's fence comes
+while the session is alive. A
 replica with a random id stays a dynamic member, which leaves its group when
 it closes: a static member does not, and one that never returns would hold its
 partitions for a session.
@@ -24,6 +30,7 @@ partitions for a session.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from collections.abc import Callable
@@ -31,8 +38,12 @@ from typing import Any
 
 from confluent_kafka import KafkaError
 
+from outbox.config import KAFKA_LOGGER_NAME
+
 FENCES_LIMIT = 4
 FENCES_WINDOW_SECONDS = 60.0
+SELF_FENCE_SECONDS = 5.0
+"""A fence this soon after the consumer's own session timed out is its own rejoin's."""
 
 
 def group_consumer_config(
@@ -54,7 +65,34 @@ def group_consumer_config(
     }
     if instance is not None:
         config["group.instance.id"] = instance
+    config["logger"] = SessionLog(client_config.get("logger"))
     return config
+
+
+class SessionLog(logging.Logger):
+    """One group consumer's librdkafka log lines, passed on to the client's logger (else
+    ``outbox.kafka``), noting when the consumer's session timed out (``SESSTMOUT``).
+
+    confluent-kafka calls ``log(level, "%s [%s] %s", facility, client, message)``.
+    """
+
+    def __init__(
+        self, forward: logging.Logger | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._forward = forward or logging.getLogger(KAFKA_LOGGER_NAME)
+        super().__init__(self._forward.name)
+        self._clock = clock
+        self.timed_out_at: float | None = None
+
+    def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
+        if args and args[0] == "SESSTMOUT":
+            self.timed_out_at = self._clock()
+        self._forward.log(level, msg, *args, **kwargs)
+
+    def timed_out_lately(self) -> bool:
+        """Whether the session timed out within :data:`SELF_FENCE_SECONDS`."""
+        at = self.timed_out_at
+        return at is not None and self._clock() - at <= SELF_FENCE_SECONDS
 
 
 def is_instance_fenced(error: KafkaError) -> bool:

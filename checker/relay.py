@@ -153,6 +153,15 @@ class RelaySettings:
     """Idle this long while its op partitions have undelivered decisions: the consumer is wedged."""
     session_timeout_ms: int = CHECKER_DEFAULTS.session_timeout_ms
     """The relay consumer's session (:mod:`checker.membership`)."""
+    transaction_deadline: float = 5.0
+    """A batch's Kafka transaction still running this long is abandoned and its producer
+    fenced (a new one's ``init_transactions`` aborts it, or lets a commit under way finish;
+    the partitions then resume from what Kafka committed), so exactly-once does not hang on
+    it. A batch commits in a few ms (``outbox_checker_relay_stage_seconds``), under 1 s at
+    p99 on a loaded 2-core machine; one stuck past that waits for a client that lost its
+    coordinator or a partition's leader (librdkafka 2.x can block in
+    ``send_offsets_to_transaction`` for minutes). Waiting out the transaction timeout plus
+    5 s (15 s) held publication that long after a coordinator's node was killed."""
 
     @classmethod
     def from_settings(cls, settings: CheckerSettings) -> RelaySettings:
@@ -163,17 +172,6 @@ class RelaySettings:
             transaction_timeout_ms=settings.relay_transaction_timeout_ms,
             session_timeout_ms=settings.session_timeout_ms,
         )
-
-    @property
-    def transaction_deadline(self) -> float:
-        """A batch's Kafka transaction still running this long is abandoned and its producer
-        fenced. The coordinator aborts a transaction open longer than
-        ``transaction_timeout_ms`` itself, so one still running past it cannot commit any
-        more; waiting beyond that only stalls publication. The margin (5 s) covers the
-        commit of a transaction begun just inside the timeout: a batch commits in a few ms
-        (``outbox_checker_relay_stage_seconds``), under 1 s at p99 on a loaded 2-core
-        machine."""
-        return self.transaction_timeout_ms / 1000 + 5.0
 
 
 class Relay:
@@ -221,7 +219,16 @@ class Relay:
         """Per op partition, the op offset last said to wait for its half (logged once)."""
         self._unrestored: set[int] = set()
         """Owned op partitions not yet put back at their committed offset: their records wait."""
+        self._dirty: set[int] = set()
+        """Op partitions whose memory learned decisions not committed yet (the batch under way,
+        or one that failed): such a memory is no longer the committed offset's."""
+        self._shelf: dict[int, tuple[int, DecisionMemory]] = {}
+        """Memories of partitions this replica stopped relaying (a fence, a rebalance, a failed
+        batch), each with the committed offset it is exact at: taken back on a restore
+        instead of re-reading the op partition from the memory's floor."""
         self._in_transaction = False
+        self._stage = ""
+        """The call the transaction under way is in: what a stuck one names."""
         self._batch_topics: list[str] = []
         """Topics the transaction under way writes: what a refused WRITE names."""
         self._stopping = threading.Event()
@@ -317,14 +324,14 @@ class Relay:
     # ----------------------------------------------------------- membership
 
     def _new_consumer(self) -> Consumer:
-        consumer = Consumer(
-            group_consumer_config(
-                self._client_config,
-                self._group_id,
-                self._instance_id,
-                self._settings.session_timeout_ms,
-            )
+        config = group_consumer_config(
+            self._client_config,
+            self._group_id,
+            self._instance_id,
+            self._settings.session_timeout_ms,
         )
+        self._session_log = config["logger"]
+        consumer = Consumer(config)
         consumer.subscribe(
             [self._topics.op],
             on_assign=self._on_assign,
@@ -351,9 +358,8 @@ class Relay:
         if consumer is not self._consumer:
             return
         for tp in partitions:
-            self._memories.pop(tp.partition, None)
+            self._shelve(tp.partition)
             self._halves.forget(tp.partition)
-            self._relayed.pop(tp.partition, None)
             self._unrestored.discard(tp.partition)
             with suppress(KeyError):  # not reported yet; older prometheus clients raise then
                 metrics.RELAY_LAG.remove(str(tp.partition))  # another replica reports it now
@@ -389,9 +395,13 @@ class Relay:
             metadata = None
         else:
             metadata = committed.metadata
-        memory = DecisionMemory.from_metadata(metadata, self._settings.memory, low)
+        kept = self._kept_memory(partition, position, low)
+        if kept is None:
+            memory = DecisionMemory.from_metadata(metadata, self._settings.memory, low)
+            offset = memory.op_floor
+        else:
+            memory, offset = kept
         rebuilt = 0
-        offset = memory.op_floor
         while offset < position:
             batch = self._op_history.read(partition, offset, 500)
             if not batch:
@@ -408,12 +418,41 @@ class Relay:
         self._memories[partition] = memory
         self._relayed[partition] = position
         log.info(
-            "op partition %d: relay resumes at %d, %d decisions re-read",
+            "op partition %d: relay resumes at %d, %d decisions re-read%s",
             partition,
             position,
             rebuilt,
+            "" if kept is None else " (its memory kept)",
         )
         return position
+
+    def _shelve(self, partition: int) -> None:
+        """Stop relaying ``partition``; keep its memory if it is the committed offset's."""
+        memory = self._memories.pop(partition, None)
+        relayed = self._relayed.pop(partition, None)
+        if memory is not None and relayed is not None and partition not in self._dirty:
+            self._shelf[partition] = (relayed, memory)
+        self._dirty.discard(partition)
+
+    def _kept_memory(
+        self, partition: int, position: int, low: int
+    ) -> tuple[DecisionMemory, int] | None:
+        """The shelved memory of ``partition``, with the op offset to read on from, if it can
+        be made exact at the committed ``position``; ``None``: rebuild it from the metadata.
+
+        Shelved at offset ``kept``, it holds the first decision of every identity above its
+        floor among the ops below ``kept``: a fact of the op partition, whoever committed
+        what. Learning the ops another replica relayed meanwhile, [kept, position), makes
+        it exact at ``position``, if the partition still holds them (``low``); a committed
+        offset behind it (none, or reset) is not this memory's.
+        """
+        shelved = self._shelf.pop(partition, None)
+        if shelved is None:
+            return None
+        kept, memory = shelved
+        if low <= kept <= position:
+            return memory, kept
+        return None
 
     def _rewind(self) -> None:
         """After a failed batch: abort, then resume every partition from what Kafka committed.
@@ -428,7 +467,10 @@ class Relay:
             self._stand_aside(partition)
         try:
             if self._in_transaction:
-                self._producer.abort_transaction(self._settings.timeout)
+                # Within the deadline, not the client timeout (30 s): an abort blocks while
+                # the transaction's coordinator is frozen or dead, and a fresh producer's
+                # init_transactions aborts the transaction as well, at its new coordinator.
+                self._producer.abort_transaction(self._settings.transaction_deadline)
                 self._in_transaction = False
         except KafkaException as exc:
             log.warning("relay abort failed (%s); starting a fresh producer", exc)
@@ -442,8 +484,7 @@ class Relay:
 
     def _stand_aside(self, partition: int) -> None:
         """Relay nothing of ``partition`` until :meth:`_resume` puts it back."""
-        self._memories.pop(partition, None)
-        self._relayed.pop(partition, None)
+        self._shelve(partition)
         self._unrestored.add(partition)
 
     def _resume(self) -> None:
@@ -534,8 +575,7 @@ class Relay:
         old, self._consumer = self._consumer, self._new_consumer()
         for partition in list(self._memories):
             self._halves.forget(partition)
-        self._memories.clear()
-        self._relayed.clear()
+            self._shelve(partition)
         self._unrestored.clear()
         close_in_background(old)
 
@@ -615,6 +655,7 @@ class Relay:
                 )
                 continue
             memory = self._memories[raw.partition]
+            self._dirty.add(raw.partition)
             if not memory.is_first(decision.identity, raw.offset, scans[raw.partition]):
                 report.second_decisions += 1
                 continue
@@ -632,6 +673,7 @@ class Relay:
 
     def _commit_batch(self, outgoing: list[OutgoingRecord], next_offsets: dict[int, int]) -> None:
         """Write ``outgoing`` and commit the op offsets with the memories, in one transaction."""
+        self._dirty.update(next_offsets)  # shrunk below: the committed memory only if it commits
         self._batch_topics = sorted({record.topic for record in outgoing})
         offsets = []
         for partition, offset in next_offsets.items():
@@ -649,12 +691,15 @@ class Relay:
                 "outbox-relay-transaction",
             )
         except StuckError as exc:
-            log.error("a relay transaction is stuck; fencing its producer: %s", exc)
+            log.error(
+                "a relay transaction is stuck in %s; fencing its producer: %s", self._stage, exc
+            )
             self._in_transaction = False
             self._producer = self._new_producer()
             raise KafkaUnavailableError(f"relay transaction abandoned: {exc}") from None
         self._in_transaction = False
         self._relayed.update(next_offsets)
+        self._dirty.difference_update(next_offsets)
 
     def _transact(
         self,
@@ -665,12 +710,16 @@ class Relay:
     ) -> None:
         """The batch's Kafka transaction: real records, discards, op offsets with the memory."""
         started = time.monotonic()
+        self._stage = "begin_transaction"
         producer.begin_transaction()
+        self._stage = "produce"
         for record in outgoing:
             produce_when_room(producer, **record.produce_kwargs())
         produced = time.monotonic()
         _STAGE["produce"].observe(produced - started)
+        self._stage = "send_offsets_to_transaction"
         producer.send_offsets_to_transaction(offsets, group, self._settings.timeout)
+        self._stage = "commit_transaction"
         producer.commit_transaction(self._settings.timeout)
         _STAGE["commit"].observe(time.monotonic() - produced)
 
@@ -798,9 +847,14 @@ class Relay:
         if error is None:
             return True
         if self._instance_id is not None and is_instance_fenced(error):
-            if self._fences.too_many():
+            own = self._session_log.timed_out_lately()  # its own rejoin's fence: no twin
+            if not own and self._fences.too_many():
                 raise DuplicateInstanceError(self._instance_id, f"relay group {self._group_id!r}")
-            log.warning("relay consumer fenced (%s): joining again with a fresh one", error.str())
+            log.warning(
+                "relay consumer fenced%s (%s): joining again with a fresh one",
+                " after its session timed out" if own else "",
+                error.str(),
+            )
             self._replace_consumer()
             return False
         if error.code() != KafkaError._PARTITION_EOF:

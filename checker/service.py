@@ -125,17 +125,14 @@ class Checker:
 
     def _new_consumer(self) -> Consumer:
         """The rounds' group member: it owns half partitions, the rounds read them."""
-        consumer = Consumer(
-            {
-                **group_consumer_config(
-                    self.settings.client_config(),
-                    self.settings.group_id,
-                    self._static_id,
-                    self.settings.session_timeout_ms,
-                ),
-                "max.poll.interval.ms": 600_000,
-            }
+        config = group_consumer_config(
+            self.settings.client_config(),
+            self.settings.group_id,
+            self._static_id,
+            self.settings.session_timeout_ms,
         )
+        self._session_log = config["logger"]
+        consumer = Consumer({**config, "max.poll.interval.ms": 600_000})
         consumer.subscribe(
             [self.topics.half],
             on_assign=self._on_assign,
@@ -204,9 +201,14 @@ class Checker:
         message = self._consumer.poll(timeout)
         error = message.error() if message is not None else None
         if error is not None and self._static_id is not None and is_instance_fenced(error):
-            if self._fences.too_many():
+            own = self._session_log.timed_out_lately()  # its own rejoin's fence: no twin
+            if not own and self._fences.too_many():
                 raise DuplicateInstanceError(self._static_id, f"group {self.settings.group_id!r}")
-            log.warning("group consumer fenced (%s): joining again with a fresh one", error.str())
+            log.warning(
+                "group consumer fenced%s (%s): joining again with a fresh one",
+                " after its session timed out" if own else "",
+                error.str(),
+            )
             old, self._consumer = self._consumer, self._new_consumer()
             with self._assignment_lock:
                 self._owned.clear()

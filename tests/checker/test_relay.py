@@ -7,6 +7,8 @@ the op partition holds, in which order.
 
 from __future__ import annotations
 
+import logging
+import re
 import threading
 import time
 import uuid
@@ -234,8 +236,9 @@ def test_a_stuck_relay_transaction_is_abandoned_fenced_and_its_batch_published_o
     outbox_topics: OutboxTopics,
 ):
     """librdkafka can block in send_offsets_to_transaction for minutes after a broker
-    restart; the relay gives up on such a batch, fences the stuck producer and reads
-    the batch again. The stuck call is made to hang where that one hangs."""
+    restart; the relay gives up on such a batch at its deadline (5 s: a batch commits in
+    ms), fences the stuck producer and reads the batch again. The stuck call is made to
+    hang where that one hangs."""
     t = outbox_topics
     half = pending_half(t, f"stuck-{uuid.uuid4().hex[:6]}")
     decide(t, half, write_half(t, half), COMMIT)
@@ -260,7 +263,11 @@ def test_a_stuck_relay_transaction_is_abandoned_fenced_and_its_batch_published_o
     relay.start()
     try:
         wait_for(lambda: HangsOnce.hung, what="the stuck batch")
+        hung = time.monotonic()
         wait_for(lambda: published(t) == Counter({half.transaction_id: 1}), what="publication")
+        # Abandoned at its deadline, not after the transaction timeout (10 s) plus 5 s.
+        took = time.monotonic() - hung
+        assert took < 12.0, f"published {took:.1f}s after the batch got stuck"
         release.set()  # the abandoned call wakes up: its producer was fenced
         time.sleep(3)
         assert published(t) == Counter({half.transaction_id: 1})
@@ -555,3 +562,123 @@ def test_a_decision_for_a_half_behind_an_open_transaction_waits_for_it(
             relay.pump(0.5)
         drain(relay)
     assert published(t) == Counter({half.transaction_id: 1, elsewhere.transaction_id: 1})
+
+
+def reread(caplog: pytest.LogCaptureFixture, partition: int = 0) -> list[int]:
+    """Per restore of ``partition`` logged so far: how many decisions it re-read."""
+    pattern = re.compile(rf"op partition {partition}: relay resumes at \d+, (\d+) decisions")
+    return [int(m.group(1)) for r in caplog.records if (m := pattern.match(r.getMessage()))]
+
+
+def test_a_relay_joining_again_keeps_its_memory_instead_of_rereading_the_op_partition(
+    outbox_topics: OutboxTopics, caplog: pytest.LogCaptureFixture
+):
+    """A fence (or a silent consumer) makes the relay join again with a fresh consumer. Its
+    decision memory still holds at the offsets it committed: re-reading the op partition from
+    the memory's floor cost seconds per restore on a three-node chaos run (and scales with
+    ``relay_memory``). The memory kept must still judge exactly."""
+    caplog.set_level(logging.INFO, logger="outbox_checker.relay")
+    t = outbox_topics
+    halves = [pending_half(t, f"kept-{n}-{uuid.uuid4().hex[:6]}") for n in range(4)]
+    at = [write_half(t, h) for h in halves]
+    for half, offset in zip(halves[:3], at[:3], strict=True):
+        decide(t, half, offset, COMMIT)
+    with relay_of(t) as relay:
+        drain(relay)
+        before = len(reread(caplog))
+        relay._replace_consumer()  # what a fence does
+        wait_for(lambda: relay.pump(0.2) is not None and len(relay.partitions) == 3, what="owns")
+        decide(t, halves[0], at[0], COMMIT)  # a second decision: nothing
+        decide(t, halves[3], at[3], COMMIT)  # a first one: published
+        drain(relay)
+        assert reread(caplog)[before:] == [0], caplog.text[-3000:]
+    assert published(t) == Counter({h.transaction_id: 1 for h in halves})
+
+
+def test_a_kept_memory_learns_what_another_replica_relayed_meanwhile(
+    outbox_topics: OutboxTopics, caplog: pytest.LogCaptureFixture
+):
+    """Back from a fence after another replica relayed the partition for a while, the relay
+    reads only the ops relayed meanwhile into its kept memory; a second decision for a half
+    the other replica published is then still known for one."""
+    caplog.set_level(logging.INFO, logger="outbox_checker.relay")
+    t = outbox_topics
+    early, late, last = (pending_half(t, f"{n}-{uuid.uuid4().hex[:6]}") for n in "elx")
+    at = {name: write_half(t, h) for name, h in zip("elx", (early, late, last), strict=True)}
+    decide(t, early, at["e"], COMMIT)
+    relay = a_relay(Relay, t, f"{t.names.prefix}.relay.{uuid.uuid4().hex[:8]}")
+    try:
+        wait_for(lambda: relay.pump(0.2) is not None and len(relay.partitions) == 3, what="owns")
+        drain(relay)
+        relay._consumer.unsubscribe()  # out of the group a while, as a fenced replica is
+        wait_for(lambda: relay.pump(0.2) is not None and not relay.partitions, what="revoked")
+        with relay_of(t) as other:  # the group's only member meanwhile
+            decide(t, late, at["l"], COMMIT)
+            drain(other)
+        assert published(t) == Counter({early.transaction_id: 1, late.transaction_id: 1})
+        relay._consumer.subscribe(
+            [t.names.op], on_assign=relay._on_assign, on_revoke=relay._on_revoke
+        )
+        wait_for(lambda: relay.pump(0.2) is not None and len(relay.partitions) == 3, what="back")
+        decide(t, late, at["l"], COMMIT)  # the other replica published it: nothing
+        decide(t, early, at["e"], COMMIT)  # this one did: nothing
+        decide(t, last, at["x"], COMMIT)
+        drain(relay)
+        assert reread(caplog)[-1] == 1, caplog.text[-3000:]  # the one relayed meanwhile
+    finally:
+        relay.close()
+    assert published(t) == Counter({h.transaction_id: 1 for h in (early, late, last)})
+
+
+class AbortHangsOnce:
+    """A relay producer whose first abort hangs out its timeout, as librdkafka's does while the
+    transaction's coordinator is frozen (a SIGSTOPped node) or killed: 7-17 s on a three-node
+    chaos run, with the relay's client timeout (30 s) as the bound."""
+
+    hung_for: float | None = None
+
+    def __init__(self, producer: Producer) -> None:
+        self._producer = producer
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._producer, name)
+
+    def abort_transaction(self, timeout: float) -> None:
+        if AbortHangsOnce.hung_for is None:
+            AbortHangsOnce.hung_for = timeout
+            time.sleep(timeout)
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
+        self._producer.abort_transaction(timeout)
+
+
+def test_a_relay_whose_abort_hangs_gives_up_on_it_at_the_transaction_deadline(
+    outbox_topics: OutboxTopics,
+):
+    """After a failed batch the relay aborts it; an abort that cannot reach the coordinator
+    is given up at the transaction deadline and a fresh producer fences it instead, so
+    publication resumes in seconds, not after the client timeout."""
+    t = outbox_topics
+    transactional_id = f"{t.names.prefix}.relay.abort-{uuid.uuid4().hex[:6]}"
+
+    class Hanging(Relay):
+        def _new_producer(self):
+            producer = super()._new_producer()
+            return producer if AbortHangsOnce.hung_for is not None else AbortHangsOnce(producer)
+
+    AbortHangsOnce.hung_for = None
+    relay = a_relay(Hanging, t, transactional_id, timeout=30.0)
+    try:
+        wait_for(lambda: relay.pump(0.2) is not None and len(relay.partitions) == 3, what="owns")
+        half = pending_half(t, f"abort-{uuid.uuid4().hex[:6]}")
+        decide(t, half, write_half(t, half), COMMIT)
+        zombie_killer = Producer({**t.client_config, "transactional.id": transactional_id})
+        zombie_killer.init_transactions(30)  # the batch fails: its producer is fenced
+        del zombie_killer
+        relay.start()
+        failed = time.monotonic()
+        wait_for(lambda: published(t) == Counter({half.transaction_id: 1}), what="publication")
+        took = time.monotonic() - failed
+    finally:
+        relay.close()
+    assert AbortHangsOnce.hung_for == RelaySettings().transaction_deadline
+    assert took < 12.0, f"published {took:.1f}s after the batch failed"

@@ -7,20 +7,25 @@ them. Publication is judged on the real topic, as a downstream reader sees it.
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 
 import pytest
 from confluent_kafka import Consumer
+from confluent_kafka.admin import AdminClient, NewTopic
 from outbox_checker.membership import (
     FENCES_LIMIT,
     FENCES_WINDOW_SECONDS,
+    SELF_FENCE_SECONDS,
     Fences,
+    SessionLog,
     group_consumer_config,
 )
 from outbox_checker.relay import relay_group
 from outbox_checker.settings import platform_instance_id
 
+from outbox.config import kafka_client_config
 from outbox.protocol import OpRecord, RealRecord, Resolution
 from tests.checker.support import pending_half, wait_for, write
 from tests.checker.test_checker_processes import CheckerProcess
@@ -158,3 +163,44 @@ def test_a_passed_through_session_timeout_wins_over_the_default():
     assert config["session.timeout.ms"] == "30000"
     assert config["group.instance.id"] == "r-0"
     assert "group.instance.id" not in group_consumer_config({}, "g", None, 6000)
+
+
+@pytest.mark.kafka
+def test_a_consumer_whose_session_timed_out_is_known_for_it(own_kafka_broker):
+    """librdkafka fences a static member by its own rejoin once its session timed out (the
+    coordinator frozen or killed, the group moved): a three-node chaos run counted four such
+    fences in 47 s, took the replica for a twin and stopped its relay. The fence that follows
+    a session timeout is told apart by the timeout librdkafka logs (``SESSTMOUT``)."""
+    client = kafka_client_config(own_kafka_broker.bootstrap_servers)
+    admin = AdminClient(client)
+    admin.create_topics([NewTopic("t", 1, 1)])["t"].result(30)
+    config = group_consumer_config(client, "g", "lone", 6000)
+    session = config["logger"]
+    assert isinstance(session, SessionLog)
+    consumer = Consumer(config)
+    consumer.subscribe(["t"])
+    try:
+        wait_for(lambda: consumer.poll(0.2) is None and bool(consumer.assignment()), 60, "joined")
+        assert not session.timed_out_lately()
+        own_kafka_broker.freeze()
+        try:
+            wait_for(lambda: consumer.poll(0.2) is None and session.timed_out_lately(), 15)
+        finally:
+            own_kafka_broker.thaw()
+    finally:
+        consumer.close()
+
+
+def test_a_session_timeout_is_forgotten_after_a_while():
+    now = [0.0]
+    forwarded = []
+
+    class Keep(logging.Logger):
+        def log(self, level, msg, *args, **kwargs):
+            forwarded.append(args[0])
+
+    session = SessionLog(Keep("k"), lambda: now[0])
+    session.log(logging.WARNING, "%s [%s] %s", "SESSTMOUT", "rdkafka#consumer-1", "timed out")
+    assert session.timed_out_lately() and forwarded == ["SESSTMOUT"]
+    now[0] += SELF_FENCE_SECONDS + 1
+    assert not session.timed_out_lately()

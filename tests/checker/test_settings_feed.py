@@ -70,7 +70,13 @@ def test_producer_and_checker_default_to_one_transaction_timeout() -> None:
 def test_no_knob_of_the_rules_is_left_out_of_the_builder() -> None:
     """A field added to RoundRules or RelaySettings is either set from the settings or
     one of the few that are not settings at all."""
-    not_settings = {"chunk_size", "pending_scan_limit", "timeout", "silence_seconds"}
+    not_settings = {
+        "chunk_size",
+        "pending_scan_limit",
+        "timeout",
+        "silence_seconds",
+        "transaction_deadline",
+    }
     settings = CheckerSettings.model_construct(**CHANGED)
     for built in (RoundRules.from_settings(settings), RelaySettings.from_settings(settings)):
         default = type(built)()
