@@ -25,9 +25,10 @@ def db_upgrade(database: Path, **env: str) -> subprocess.CompletedProcess[str]:
 
 
 def tables(database: Path) -> set[str]:
+    """The log tables created, each named by its log (``<log>_rollback`` names ``<log>``)."""
     with sqlite3.connect(database) as connection:
         rows = connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-        return {name for (name,) in rows if not name.endswith("_version")}
+        return {name.removesuffix("_rollback") for (name,) in rows if not name.endswith("_version")}
 
 
 def test_db_reads_the_table_from_the_checkers_variable(tmp_path: Path):
