@@ -26,6 +26,18 @@ while the session is alive. A
 replica with a random id stays a dynamic member, which leaves its group when
 it closes: a static member does not, and one that never returns would hold its
 partitions for a session.
+
+The groups assign eagerly (``range``: every rebalance revokes everything and hands
+every partition out in one phase), not cooperatively. A static member that joins
+again with a fresh consumer is given back the assignment last stored for its id,
+with no rebalance; under ``cooperative-sticky`` that can be the first phase's,
+which leaves out the partitions the member was revoking, and if that member was
+the only one revoking, no second phase ever hands them out: a three-node chaos run
+left two half partitions with no owner for 13 minutes so. Under ``range`` the
+stored assignment is always whole. A group refuses members of both kinds at once
+(``INCONSISTENT_GROUP_PROTOCOL``), so in a rolling upgrade from 0.1.0, whose replicas
+assign cooperatively, the new replicas wait (:class:`JoinRefusals`) while the old ones
+go on, and join once the last has left.
 """
 
 from __future__ import annotations
@@ -40,10 +52,17 @@ from confluent_kafka import KafkaError
 
 from outbox.config import KAFKA_LOGGER_NAME
 
+log = logging.getLogger(__name__)
+
 FENCES_LIMIT = 4
 FENCES_WINDOW_SECONDS = 60.0
 SELF_FENCE_SECONDS = 5.0
 """A fence this soon after the consumer's own session timed out is its own rejoin's."""
+ASSIGNMENT_STRATEGY = "range"
+"""Eager: assignments are whole (:class:`Consumer.assign`, ``unassign``), never incremental."""
+REFUSAL_LOG_SECONDS = 60.0
+REFUSAL_FRESH_SECONDS = 10.0
+"""librdkafka repeats a refused join every 2 s: a refusal this recent means it goes on."""
 
 
 def group_consumer_config(
@@ -61,7 +80,7 @@ def group_consumer_config(
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
         "isolation.level": "read_committed",
-        "partition.assignment.strategy": "cooperative-sticky",
+        "partition.assignment.strategy": ASSIGNMENT_STRATEGY,
     }
     if instance is not None:
         config["group.instance.id"] = instance
@@ -101,6 +120,43 @@ def is_instance_fenced(error: KafkaError) -> bool:
         return True
     # librdkafka reports it as a fatal consumer error that names the cause.
     return error.code() == KafkaError._FATAL and "group.instance.id" in error.str()
+
+
+class JoinRefusals:
+    """Why the group refuses this consumer's joins, when its other members assign partitions
+    another way: replicas of 0.1.0 (``cooperative-sticky``) mid-upgrade.
+
+    Such a replica is fine and waits, so it counts as ready (:meth:`refusing`): a rolling
+    upgrade that waited for it to get partitions would wait for ever, since it gets
+    them only once the last old replica has left. Said at most once a minute, since
+    librdkafka repeats the join every few seconds.
+    """
+
+    def __init__(self, group: str, clock: Callable[[], float] = time.monotonic) -> None:
+        self._group = group
+        self._clock = clock
+        self._said_at: float | None = None
+        self._refused_at: float | None = None
+
+    def explains(self, error: KafkaError) -> bool:
+        """Whether ``error`` is such a refusal (then said, now and then); others are not."""
+        if error.code() != KafkaError.INCONSISTENT_GROUP_PROTOCOL:
+            return False
+        now = self._refused_at = self._clock()
+        if self._said_at is None or now - self._said_at >= REFUSAL_LOG_SECONDS:
+            self._said_at = now
+            log.warning(
+                "group %r refuses this replica: its other members assign partitions another"
+                " way (replicas of kafka-outbox 0.1.0 assign cooperatively); it waits and"
+                " joins once they have left",
+                self._group,
+            )
+        return True
+
+    def refusing(self) -> bool:
+        """Whether the group refused this consumer's join lately."""
+        at = self._refused_at
+        return at is not None and self._clock() - at <= REFUSAL_FRESH_SECONDS
 
 
 class Fences:

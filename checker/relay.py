@@ -55,7 +55,12 @@ from outbox_checker import metrics
 from outbox_checker.decision_memory import DecisionMemory, SharedScan
 from outbox_checker.half_lookup import HalfLookup
 from outbox_checker.kafka_reader import TopicCursor, end_offsets, watermarks
-from outbox_checker.membership import Fences, group_consumer_config, is_instance_fenced
+from outbox_checker.membership import (
+    Fences,
+    JoinRefusals,
+    group_consumer_config,
+    is_instance_fenced,
+)
 from outbox_checker.settings import CHECKER_DEFAULTS, CheckerSettings
 from outbox_checker.silence import SilenceWatch, close_in_background
 from outbox_checker.watchdog import StuckError, call_with_deadline
@@ -195,6 +200,7 @@ class Relay:
         self.failure: DuplicateInstanceError | None = None
         """Why the relay stopped on its own: it cannot go on beside a replica of its id."""
         self._fences = Fences()
+        self._refusals = JoinRefusals(group_id)
         self._settings = settings
         self._now_ms = now_ms
         self._client_config = client_config
@@ -351,7 +357,7 @@ class Relay:
                 starts.append(TopicPartition(self._topics.op, tp.partition))
                 continue
             starts.append(TopicPartition(self._topics.op, tp.partition, position))
-        consumer.incremental_assign(starts)
+        consumer.assign(starts)  # eager: the whole assignment
         log.info("relaying op partitions %s", sorted(tp.partition for tp in partitions))
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -363,7 +369,7 @@ class Relay:
             self._unrestored.discard(tp.partition)
             with suppress(KeyError):  # not reported yet; older prometheus clients raise then
                 metrics.RELAY_LAG.remove(str(tp.partition))  # another replica reports it now
-        consumer.incremental_unassign(partitions)
+        consumer.unassign()  # eager: everything goes back
         log.info("stopped relaying op partitions %s", sorted(tp.partition for tp in partitions))
 
     def _try_restore(self, partition: int) -> int | None:
@@ -856,6 +862,8 @@ class Relay:
                 error.str(),
             )
             self._replace_consumer()
+            return False
+        if self._refusals.explains(error):
             return False
         if error.code() != KafkaError._PARTITION_EOF:
             raise KafkaException(error)

@@ -23,7 +23,12 @@ from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException
 from outbox_checker import metrics
 from outbox_checker.ended import EndedTransactions
 from outbox_checker.kafka_reader import KafkaPartitionReader, TopicCursor, watermarks
-from outbox_checker.membership import Fences, group_consumer_config, is_instance_fenced
+from outbox_checker.membership import (
+    Fences,
+    JoinRefusals,
+    group_consumer_config,
+    is_instance_fenced,
+)
 from outbox_checker.relay import Relay, RelaySettings, relay_group, relay_transactional_id
 from outbox_checker.round_writer import FencedError, RoundWriter, decode_checkpoint
 from outbox_checker.rules import RoundRules, iter_round
@@ -107,6 +112,7 @@ class Checker:
         instance = self._static_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._instance = instance
         self._fences = Fences()
+        self._refusals = JoinRefusals(settings.group_id)
         self._consumer = self._new_consumer()
         self._check_topics_known: set[str] = set()
         self._halves = TopicCursor(client, self.topics.half)
@@ -144,7 +150,7 @@ class Checker:
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if consumer is not self._consumer:
             return  # a replaced consumer's last word
-        consumer.incremental_assign(partitions)
+        consumer.assign(partitions)  # eager: the whole assignment
         consumer.pause(partitions)  # membership only: the rounds read with their own cursors
         with self._assignment_lock:
             for tp in partitions:
@@ -158,13 +164,14 @@ class Checker:
         with self._assignment_lock:
             for tp in partitions:
                 self._owned.pop(tp.partition, None)
-        consumer.incremental_unassign(partitions)
+        consumer.unassign()  # eager: everything goes back
         log.info("revoked half partitions %s", sorted(tp.partition for tp in partitions))
 
     def is_ready(self) -> bool:
-        """Joined the group, every owned partition has had a round, and rounds still complete."""
+        """Joined the group (or waits for older replicas to leave it, :class:`JoinRefusals`),
+        every owned partition has had a round, and rounds still complete."""
         return (
-            self.assigned.is_set()
+            (self.assigned.is_set() or self._refusals.refusing())
             and (self.last_round_at is not None or not self.owned_partitions())
             and self.is_healthy()
         )
@@ -213,6 +220,8 @@ class Checker:
             with self._assignment_lock:
                 self._owned.clear()
             close_in_background(old)
+        if error is not None and self._refusals.explains(error):
+            return
         if error is not None and is_authorization_failure(error):
             settings = self.settings
             resource = (
