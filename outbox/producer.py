@@ -173,7 +173,9 @@ class TransactionProducer:
         self._check_executor = check_executor or ThreadPoolExecutor(
             self.settings.check_threads, thread_name_prefix=f"outbox-check-{group}"
         )
-        self._state_lock = threading.Condition()
+        self._admission = threading.Lock()
+        """Held to admit or release a send; taken directly there (a C-level ``with``)."""
+        self._state_lock = threading.Condition(self._admission)
         self._started = False
         self._closed = False
         self._in_flight = 0
@@ -325,7 +327,7 @@ class TransactionProducer:
 
         Each :meth:`_admit` is followed by one :meth:`_release`, in a ``finally``.
         """
-        with self._state_lock:
+        with self._admission:
             if self._closed:
                 raise ProducerClosedError("this producer was shut down; no message was sent")
             if not self._started:
@@ -333,7 +335,7 @@ class TransactionProducer:
             self._in_flight += 1
 
     def _release(self) -> None:
-        with self._state_lock:
+        with self._admission:
             self._in_flight -= 1
             if self._closed:  # only a shutdown waits for the count
                 self._state_lock.notify_all()
@@ -500,16 +502,31 @@ class TransactionProducer:
 
         ``origin_offset`` is the half's identity, which the relay keys decisions on;
         ``parent`` the span of the send or check (no end span under :data:`~tracing.NO_SPAN`).
+        Not a generator itself: it returns the flow of the end, which for a send
+        with no span is :meth:`_write_decision`'s, with no layer to pass its steps on.
         """
         resolution = _RESOLUTIONS.get(state)
         if resolution is None:
             self._metrics.child(metrics.UNKNOWNS, origin).inc()
             log.info("transaction left unknown transaction_id=%s", half.transaction_id)
-            return EndStatus.LEFT_UNKNOWN, None
-        with _child_span(parent, tracing.END, half.transaction_id, resolution, origin) as span:
-            status, error = yield from self._write_decision(
-                half, half_partition, half_offset, origin_offset, resolution, origin
-            )
+            return _ended(EndStatus.LEFT_UNKNOWN, None)
+        decision = self._write_decision(
+            half, half_partition, half_offset, origin_offset, resolution, origin
+        )
+        if parent is tracing.NO_SPAN:
+            return decision
+        return self._end_in_span(decision, half.transaction_id, resolution, origin, parent)
+
+    def _end_in_span(
+        self,
+        decision: Flow[tuple[EndStatus, BaseException | None]],
+        transaction_id: str,
+        resolution: Resolution,
+        origin: str,
+        parent: Any,
+    ) -> Flow[tuple[EndStatus, BaseException | None]]:
+        with _child_span(parent, tracing.END, transaction_id, resolution, origin) as span:
+            status, error = yield from decision
             if span is not tracing.NO_SPAN:
                 span.set_attribute("outbox.end_status", status.value)
                 if error is not None:
@@ -682,6 +699,14 @@ class TransactionProducer:
 
 def _raise(error: Exception) -> None:
     raise error
+
+
+def _ended(
+    status: EndStatus, error: BaseException | None
+) -> Flow[tuple[EndStatus, BaseException | None]]:
+    """The flow of an end with nothing to write: no step, its outcome at once."""
+    return status, error
+    yield  # a generator, which finishes at its first step
 
 
 def _count_end(
