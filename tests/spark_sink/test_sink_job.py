@@ -96,3 +96,18 @@ def test_other_formats_by_option(
     [row] = read_table(spark, settings.output, "orc")
     assert (row.transaction_id, row.value) == (committed, sink_topics.sent[committed])
     assert list(Path(settings.output).rglob("*.orc"))
+
+
+def test_no_empty_batch_after_the_data(
+    spark: SparkSession, sink_topics: SinkTopics, tmp_path: Path
+) -> None:
+    """The watermark moves with every batch (ingestion time), and Spark would then run
+    a batch without data to evict state: a whole batch's fixed cost in front of the
+    next events. Eviction waits for the next batch with data instead."""
+    sink_topics.send(3, COMMIT)
+    batches: list[BatchProgress] = []
+
+    summary = run_sink(sink_settings(sink_topics, tmp_path), spark, on_progress=batches.append)
+
+    assert [batch.rows_in for batch in batches] == [3]
+    assert summary.rows_written == 3
