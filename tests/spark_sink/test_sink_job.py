@@ -8,6 +8,7 @@ from pyspark.sql import SparkSession
 
 from outbox import LocalTransactionState
 from spark_sink import BatchProgress, run_sink, start_sink
+from spark_sink.job import configure_session
 from tests.spark_sink.conftest import SinkTopics, read_table, sink_settings
 
 COMMIT = LocalTransactionState.COMMIT_MESSAGE
@@ -111,3 +112,20 @@ def test_no_empty_batch_after_the_data(
 
     assert [batch.rows_in for batch in batches] == [3]
     assert summary.rows_written == 3
+
+
+def test_state_partitions_default_to_the_cores_spark_has(
+    spark: SparkSession, sink_topics: SinkTopics, tmp_path: Path
+) -> None:
+    """Each state partition costs every micro-batch a task and a state commit, so the
+    default is what the cluster can run at once, not a fixed number for every size."""
+    settings = sink_settings(sink_topics, tmp_path, shuffle_partitions=None)
+
+    configure_session(spark, settings)
+
+    cores = spark.sparkContext.defaultParallelism
+    assert spark.conf.get("spark.sql.shuffle.partitions") == str(cores) == "2"
+    explicit = sink_settings(sink_topics, tmp_path, shuffle_partitions=3)
+    configure_session(spark, explicit)
+    assert spark.conf.get("spark.sql.shuffle.partitions") == "3"
+    configure_session(spark, sink_settings(sink_topics, tmp_path))
