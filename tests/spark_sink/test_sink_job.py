@@ -8,7 +8,7 @@ from pyspark.sql import SparkSession
 
 from outbox import LocalTransactionState
 from spark_sink import BatchProgress, run_sink, start_sink
-from spark_sink.job import configure_session
+from spark_sink.job import CONCURRENT_WRITERS, PARTITION_WRITERS, configure_session
 from tests.spark_sink.conftest import SinkTopics, read_table, sink_settings
 
 COMMIT = LocalTransactionState.COMMIT_MESSAGE
@@ -128,4 +128,18 @@ def test_state_partitions_default_to_the_cores_spark_has(
     explicit = sink_settings(sink_topics, tmp_path, shuffle_partitions=3)
     configure_session(spark, explicit)
     assert spark.conf.get("spark.sql.shuffle.partitions") == "3"
+    configure_session(spark, sink_settings(sink_topics, tmp_path))
+
+
+def test_partitioned_writes_keep_a_writer_per_partition_instead_of_sorting(
+    spark: SparkSession, sink_topics: SinkTopics, tmp_path: Path
+) -> None:
+    """Without concurrent writers Spark sorts each batch's full rows by topic and date
+    before writing them (spilling to disk when they exceed the task's memory)."""
+    configure_session(spark, sink_settings(sink_topics, tmp_path))
+    assert spark.conf.get(CONCURRENT_WRITERS) == str(PARTITION_WRITERS) != "0"
+
+    overridden = sink_settings(sink_topics, tmp_path, spark_conf={CONCURRENT_WRITERS: "0"})
+    configure_session(spark, overridden)
+    assert spark.conf.get(CONCURRENT_WRITERS) == "0"
     configure_session(spark, sink_settings(sink_topics, tmp_path))
