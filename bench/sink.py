@@ -690,9 +690,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
     parser.add_argument("--live-senders", type=int, default=4, help="sender threads, delay run")
     parser.add_argument("--trigger", default="0s", help="sink trigger in the delay run")
     parser.add_argument("--master", default="local[*]", help="Spark master")
-    parser.add_argument(
-        "--shuffle-partitions", type=int, help="state partitions (default: the sink's, the cores)"
-    )
+    parser.add_argument("--shuffle-partitions", type=int, default=8, help="state partitions")
     parser.add_argument(
         "--bootstrap-servers", help="use this broker instead of starting a local one"
     )

@@ -28,7 +28,7 @@ class Options:
     live_senders: int
     trigger: str
     master: str
-    shuffle_partitions: int | None
+    shuffle_partitions: int
     bootstrap_servers: str | None
     json_path: Path | None
     """``None``: not written (``bench.all`` keeps the document in its own)."""
@@ -125,8 +125,7 @@ def results_table(throughput: Throughput, delay: Delay, options: Options) -> Tab
     table = Table(
         title=(
             f"Spark sink: Kafka → Parquet ({options.value_bytes} B values, {options.partitions} "
-            f"partitions, master {options.master}, "
-            f"{options.shuffle_partitions or 'default'} state partitions)"
+            f"partitions, master {options.master}, {options.shuffle_partitions} state partitions)"
         )
     )
     for column in ("measurement", "value", "detail"):

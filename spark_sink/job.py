@@ -157,12 +157,7 @@ def configure_session(spark: SparkSession, settings: SinkSettings) -> None:
     provider = ROCKSDB_PROVIDER if settings.state_store == "rocksdb" else MEMORY_PROVIDER
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", provider)
-    # Every state partition costs each micro-batch a task and a state commit (on 2
-    # cores, 8 partitions made a batch of 170 rows take 1.7 s, 2 partitions 0.9 s), so
-    # by default there are as many as the cores Spark runs tasks on. A checkpoint keeps
-    # the number it started with, whatever is set here later.
-    partitions = settings.shuffle_partitions or spark.sparkContext.defaultParallelism
-    spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
+    spark.conf.set("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
     # The watermark is on ingestion time, so it moves with every batch, and Spark would
     # follow each batch with one without data, only to evict expired ids: a whole
     # batch's fixed cost in front of the next events (the delay's p50 and p99).
@@ -181,7 +176,7 @@ def configure_session(spark: SparkSession, settings: SinkSettings) -> None:
         # Delta rebuilds the table's snapshot (its log replayed) in 50 tasks by default,
         # several times per batch; on a young table each is a fraction of a second of
         # work and scheduling 50 tasks cost most of a batch (profiled: ~70 of 125 s).
-        spark.conf.set(DELTA_SNAPSHOT_PARTITIONS, str(partitions))
+        spark.conf.set(DELTA_SNAPSHOT_PARTITIONS, str(settings.shuffle_partitions))
     for key, value in settings.spark_conf.items():
         if key.startswith(("spark.sql.", "spark.databricks.delta.")):
             spark.conf.set(key, value)

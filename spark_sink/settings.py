@@ -78,11 +78,8 @@ class _SinkFields(BaseSettings):
     master: str | None = Field(
         None, description="Spark master URL; default local[*] (or spark-submit's)"
     )
-    shuffle_partitions: int | None = Field(
-        None,
-        ge=1,
-        description="state partitions of the de-duplication; fixed by the checkpoint; "
-        "default: the cores Spark has when the checkpoint is new (its default parallelism)",
+    shuffle_partitions: int = Field(
+        8, ge=1, description="state partitions of the de-duplication; fixed by the checkpoint"
     )
     state_store: Literal["rocksdb", "memory"] = Field(
         "rocksdb", description="state store of the de-duplication: rocksdb (on disk) or memory"

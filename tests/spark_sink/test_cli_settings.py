@@ -221,6 +221,7 @@ def test_help_shows_each_default_and_variable(runs: list[SinkSettings]) -> None:
         "[default: rocksdb]",
         "[default: 10]",
         "[default: 3600]",
+        "[default: 8]",
         "[default: outbox]",
         "[default: 30]",
         "[default: fail-on-data-loss]",

@@ -114,23 +114,6 @@ def test_no_empty_batch_after_the_data(
     assert summary.rows_written == 3
 
 
-def test_state_partitions_default_to_the_cores_spark_has(
-    spark: SparkSession, sink_topics: SinkTopics, tmp_path: Path
-) -> None:
-    """Each state partition costs every micro-batch a task and a state commit, so the
-    default is what the cluster can run at once, not a fixed number for every size."""
-    settings = sink_settings(sink_topics, tmp_path, shuffle_partitions=None)
-
-    configure_session(spark, settings)
-
-    cores = spark.sparkContext.defaultParallelism
-    assert spark.conf.get("spark.sql.shuffle.partitions") == str(cores) == "2"
-    explicit = sink_settings(sink_topics, tmp_path, shuffle_partitions=3)
-    configure_session(spark, explicit)
-    assert spark.conf.get("spark.sql.shuffle.partitions") == "3"
-    configure_session(spark, sink_settings(sink_topics, tmp_path))
-
-
 def test_partitioned_writes_keep_a_writer_per_partition_instead_of_sorting(
     spark: SparkSession, sink_topics: SinkTopics, tmp_path: Path
 ) -> None:
