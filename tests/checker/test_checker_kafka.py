@@ -11,6 +11,7 @@ import time
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from outbox_checker.membership import ASSIGNMENT_STRATEGY
 from outbox_checker.round_writer import decode_checkpoint
 from prometheus_client import REGISTRY
 
@@ -182,7 +183,7 @@ def test_a_fenced_chunk_leaves_the_partition_owned_and_checked_next_round(outbox
         stale = checker._consumer.consumer_group_metadata()
         visitor = Consumer(
             {**outbox_topics.client_config, "group.id": checker.settings.group_id,
-             "partition.assignment.strategy": "cooperative-sticky"}
+             "partition.assignment.strategy": ASSIGNMENT_STRATEGY}
         )  # fmt: skip
         visitor.subscribe([outbox_topics.names.half])
         deadline = time.monotonic() + 60
