@@ -12,9 +12,11 @@ service thread handling a request experiences:
 * **outbox**: one shared :class:`~outbox.producer.TransactionProducer` whose
   local transaction commits at once;
 * **async**: one :class:`~outbox.async_producer.AsyncTransactionProducer` on an
-  event loop, N tasks sending at once (the same no-op local transaction, as a
-  coroutine). Each sender thread hands its send to the loop and waits for it,
-  so the runner is the same; the loop runs N sends concurrently, as a service's does.
+  event loop, N tasks on that loop sending back to back (the same no-op local
+  transaction, as a coroutine), as an asyncio service's request handlers send.
+  (Until 2026-11-24 N threads each handed their send to the loop and waited for
+  it; that hand-over, a ``concurrent.futures.Future`` per send, was about half
+  the process's CPU in these cells and is no part of the producer.)
 
 A transactional send writes two records and waits for each (the half, then
 the decision op; the checker's relay publishes the real record later), so an
@@ -39,6 +41,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import itertools
 import os
 import platform
 import threading
@@ -164,13 +167,16 @@ class OutboxSender:
     def send(self, index: int, seq: int) -> float | None:
         message = Message(topic=REAL_TOPIC, value=self.value, key=f"{index}:{seq}".encode())
         result, answered = self.send_one(message)
+        self._count(index, result)
+        return answered
+
+    def _count(self, index: int, result: TransactionSendResult) -> None:
         if result.end_status is EndStatus.COMMITTED:
             self.committed[index] += 1
         else:
             with self._lock:
                 status = result.end_status.value
                 self.not_committed[status] = self.not_committed.get(status, 0) + 1
-        return answered
 
     def close(self) -> None:
         self.producer.shutdown()
@@ -210,6 +216,13 @@ class AsyncOutboxSender(OutboxSender):
     def send_one(self, message: Message) -> tuple[TransactionSendResult, float]:
         return self._on_loop(self._send(message))
 
+    async def send_async(self, index: int, seq: int) -> float | None:
+        """:meth:`send` for a task on the producer's loop: awaited, no thread hands it over."""
+        message = Message(topic=REAL_TOPIC, value=self.value, key=f"{index}:{seq}".encode())
+        result, answered = await self._send(message)
+        self._count(index, result)
+        return answered
+
     def close(self) -> None:
         self._on_loop(self.producer.shutdown())
         self.loop.call_soon_threadsafe(self.loop.stop)
@@ -237,39 +250,78 @@ class _Run:
 
 
 def run_cell(
-    send: SendFn, senders: int, warmup: float, seconds: float, broker_pid: int | None
+    send: SendFn,
+    senders: int,
+    warmup: float,
+    seconds: float,
+    broker_pid: int | None,
+    *,
+    tasks_on: AsyncOutboxSender | None = None,
 ) -> _Run:
-    """Run ``senders`` threads calling ``send`` back to back; time the measuring window."""
+    """Run ``senders`` threads calling ``send`` back to back; time the measuring window.
+
+    With ``tasks_on``, the senders are tasks on that sender's loop awaiting its
+    :meth:`~AsyncOutboxSender.send_async` instead, as an asyncio service's
+    request handlers send.
+    """
     stop = threading.Event()
     start = threading.Barrier(senders + 1)
     samples: list[list[tuple[float, float, float | None]]] = [[] for _ in range(senders)]
     attempts = [0] * senders
     errors: list[list[BaseException]] = [[] for _ in range(senders)]
 
+    def counted(index: int, begun: float, outcome: float | Exception | None) -> bool:
+        """Note one send of sender ``index``: its outcome is when its local transaction
+        answered, or what it raised (then False: the sender pauses, not to spin on a
+        broken broker)."""
+        attempts[index] += 1
+        if isinstance(outcome, Exception):
+            errors[index].append(outcome)
+            return False
+        done = time.perf_counter()
+        samples[index].append((done, done - begun, outcome))
+        return True
+
     def loop(index: int) -> None:
-        mine = samples[index]
         start.wait()
         seq = 0
         while not stop.is_set():
-            begun = time.perf_counter()
-            attempts[index] += 1
             seq += 1
+            begun = time.perf_counter()
             try:
-                answered = send(index, seq)
+                outcome: float | Exception | None = send(index, seq)
             except Exception as exc:
-                errors[index].append(exc)
-                time.sleep(0.01)  # do not spin on a broken broker
-                continue
-            done = time.perf_counter()
-            mine.append((done, done - begun, answered))
+                outcome = exc
+            if not counted(index, begun, outcome):
+                time.sleep(0.01)
 
-    threads = [
-        threading.Thread(target=loop, args=(i,), name=f"bench-sender-{i}", daemon=True)
-        for i in range(senders)
-    ]
-    for thread in threads:
-        thread.start()
-    start.wait()
+    async def task(index: int) -> None:
+        assert tasks_on is not None
+        for seq in itertools.count(1):
+            if stop.is_set():
+                return
+            begun = time.perf_counter()
+            try:
+                outcome: float | Exception | None = await tasks_on.send_async(index, seq)
+            except Exception as exc:
+                outcome = exc
+            if not counted(index, begun, outcome):
+                await asyncio.sleep(0.01)
+
+    async def tasks() -> None:
+        await asyncio.gather(*(task(i) for i in range(senders)))
+
+    threads: list[threading.Thread] = []
+    if tasks_on is None:
+        threads = [
+            threading.Thread(target=loop, args=(i,), name=f"bench-sender-{i}", daemon=True)
+            for i in range(senders)
+        ]
+        for thread in threads:
+            thread.start()
+        start.wait()
+    else:
+        running = asyncio.run_coroutine_threadsafe(tasks(), tasks_on.loop)
     window_start = time.perf_counter() + warmup
     window_end = window_start + seconds
     time.sleep(warmup)
@@ -285,6 +337,8 @@ def run_cell(
     stop.set()
     for thread in threads:
         thread.join(SEND_TIMEOUT_SECONDS * 2 + 5)
+    if tasks_on is not None:
+        running.result(SEND_TIMEOUT_SECONDS * 2 + 5)
 
     def pct(before: float | None, after: float | None) -> float | None:
         if before is None or after is None:
@@ -444,7 +498,10 @@ def _outbox_cell(
 ) -> CellResult:
     outbox = sender(settings, value, senders)
     try:
-        run = run_cell(outbox.send, senders, options.warmup, options.seconds, broker_pid)
+        tasks_on = outbox if isinstance(outbox, AsyncOutboxSender) else None
+        run = run_cell(
+            outbox.send, senders, options.warmup, options.seconds, broker_pid, tasks_on=tasks_on
+        )
     finally:
         outbox.close()
     mode = "async" if isinstance(outbox, AsyncOutboxSender) else "outbox"

@@ -36,6 +36,28 @@ _SLICE = 0.02
 _SHORT_LOOK = 0.1
 
 
+def reader_config(client_config: dict[str, Any]) -> dict[str, Any]:
+    """A consumer of the checker's that reads committed data in no group of its own."""
+    return {
+        **client_config,
+        "group.id": f"{CHECKER_READER_GROUP_PREFIX}{uuid.uuid4().hex}",
+        "enable.auto.commit": False,
+        "isolation.level": "read_committed",
+    }
+
+
+def watermark_client(client_config: dict[str, Any]) -> Consumer:
+    """A consumer asked only for :func:`watermarks` (and so metadata), never polled.
+
+    A group consumer must not be asked them from inside its own callbacks (the relay
+    restores an op partition from ``on_assign``): confluent-kafka keeps one call state per
+    consumer and thread, ``list_topics`` ends it, and the next callback the same ``poll``
+    serves (a log line) finds none and aborts the process. It read ``read_committed``:
+    the high watermark it is told is the last stable offset, as the group consumer's was.
+    """
+    return Consumer(reader_config(client_config))
+
+
 class TopicCursor:
     """Sequential committed reads of one partition of one topic at a time."""
 
@@ -64,11 +86,8 @@ class TopicCursor:
     def _new_consumer(self) -> Consumer:
         return Consumer(
             {
-                **self._client_config,
-                "group.id": f"{CHECKER_READER_GROUP_PREFIX}{uuid.uuid4().hex}",
-                "enable.auto.commit": False,
+                **reader_config(self._client_config),
                 "enable.auto.offset.store": False,
-                "isolation.level": "read_committed",
                 "enable.partition.eof": True,
                 "auto.offset.reset": "earliest",
                 "fetch.wait.max.ms": 50,

@@ -54,7 +54,7 @@ from confluent_kafka.admin import AdminClient
 from outbox_checker import metrics
 from outbox_checker.decision_memory import DecisionMemory, SharedScan
 from outbox_checker.half_lookup import HalfLookup
-from outbox_checker.kafka_reader import TopicCursor, end_offsets, watermarks
+from outbox_checker.kafka_reader import TopicCursor, end_offsets, watermark_client, watermarks
 from outbox_checker.membership import (
     Fences,
     JoinRefusals,
@@ -243,6 +243,9 @@ class Relay:
         """When the relay last finished a batch or found nothing to do: its liveness."""
         self._halves = HalfLookup(lambda: TopicCursor(client_config, topics.half, settings.timeout))
         self._op_history = TopicCursor(client_config, topics.op, settings.timeout)
+        self._watermarks = watermark_client(client_config)
+        """Asked for watermarks instead of the group consumer, from whose callbacks they are
+        asked too (:func:`~outbox_checker.kafka_reader.watermark_client`)."""
         self._catalog = TopicCatalog(
             AdminClient(client_config), settings.timeout, principal_of(client_config)
         )
@@ -315,7 +318,12 @@ class Relay:
         self.stop()
         if self._thread is not None:
             self._thread.join(timeout)
-        for closer in (self._consumer.close, self._halves.close, self._op_history.close):
+        for closer in (
+            self._consumer.close,
+            self._halves.close,
+            self._op_history.close,
+            self._watermarks.close,
+        ):
             try:
                 closer()
             except (KafkaException, RuntimeError) as exc:
@@ -394,7 +402,7 @@ class Relay:
         """
         tp = TopicPartition(self._topics.op, partition)
         (committed,) = self._consumer.committed([tp], timeout=self._settings.timeout)
-        low, _ = watermarks(self._consumer, tp, self._settings.timeout)
+        low, _ = watermarks(self._watermarks, tp, self._settings.timeout)
         position = committed.offset
         if position == OFFSET_INVALID or position < 0:
             position = low
@@ -800,10 +808,10 @@ class Relay:
         partition = decision.half_partition
         if decision.half_offset < self._half_ends.get(partition, 0):
             return HalfState.READABLE
-        # Past the end known: ask again (the half came first). The relay's consumer reads
+        # Past the end known: ask again (the half came first). The watermark client reads
         # committed, so the end it is told is the partition's last stable offset.
         tp = TopicPartition(self._topics.half, partition)
-        _, self._half_ends[partition] = watermarks(self._consumer, tp, self._settings.timeout)
+        _, self._half_ends[partition] = watermarks(self._watermarks, tp, self._settings.timeout)
         if decision.half_offset < self._half_ends[partition]:
             return HalfState.READABLE
         if decision.half_offset >= self._stored_ends.get(partition, 0):

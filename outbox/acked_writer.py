@@ -67,7 +67,8 @@ class Acknowledgement:
         else:
             self._position = (message.partition() or 0, message.offset() or 0)
         self._arrived.release()
-        self._notify()
+        if self._watchers:
+            self._notify()
 
     def _notify(self) -> None:
         # Each watcher is popped, atomically, by exactly one of the report thread
@@ -98,7 +99,10 @@ class Acknowledgement:
         if not self._arrived.acquire(True, max(0.0, timeout)):
             raise TimeoutError
         self._arrived.release()
-        return self.position()
+        if self._error is not None:  # as position(), without its call
+            raise self._error
+        assert self._position is not None
+        return self._position
 
     def position(self) -> tuple[int, int]:
         """The (partition, offset) of a record whose report arrived; its failure, raised."""

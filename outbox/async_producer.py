@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor
 from contextlib import suppress
@@ -126,6 +127,7 @@ class AsyncTransactionProducer:
         self.listener = listener
         self.settings = settings
         self.topics = self._core.topics
+        self._arrivals: _Arrivals | None = None
 
     @property
     def config(self) -> ProducerSettings:
@@ -196,8 +198,10 @@ class AsyncTransactionProducer:
                 acknowledgement = core._writer.submit_nowait(step.record, step.failure)
             except QueueFullError:
                 # Rare (the client's queue holds 100,000 records): wait for room off the loop.
-                return _submitted_in_thread(core._writer, step)
-            return _acknowledged(step, acknowledgement) if step.wait else acknowledgement
+                return _submitted_in_thread(core._writer, step, self._arrivals_here())
+            if not step.wait:
+                return acknowledgement
+            return _acknowledged(step, acknowledgement, self._arrivals_here())
         if isinstance(step, TopicLookup):
             known = core._catalog.known(step.topic)
             return known if known is not None else _in_thread(core._catalog.get, step.topic)
@@ -209,24 +213,34 @@ class AsyncTransactionProducer:
         assert isinstance(step, LocalTransaction)
         return self.listener.execute_local_transaction(step.message, step.arg)
 
+    def _arrivals_here(self) -> _Arrivals:
+        """The arrivals of the running loop (made by its own thread, so one per loop)."""
+        loop = asyncio.get_running_loop()
+        arrivals = self._arrivals
+        if arrivals is None or arrivals.loop is not loop:
+            arrivals = self._arrivals = _Arrivals(loop)
+        return arrivals
+
 
 def _in_thread(function: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
     return asyncio.get_running_loop().run_in_executor(None, partial(function, *args))
 
 
-async def _submitted_in_thread(writer: AckedWriter, step: Write) -> object:
+async def _submitted_in_thread(writer: AckedWriter, step: Write, arrivals: _Arrivals) -> object:
     """A write whose queue was full: handed over from a worker thread, then as any other."""
     acknowledgement = await _in_thread(writer.submit, step.record, step.deadline, step.failure)
-    return await _acknowledged(step, acknowledgement) if step.wait else acknowledgement
+    return await _acknowledged(step, acknowledgement, arrivals) if step.wait else acknowledgement
 
 
-def _acknowledged(step: Write, acknowledgement: Acknowledgement) -> asyncio.Future[tuple[int, int]]:
+def _acknowledged(
+    step: Write, acknowledgement: Acknowledgement, arrivals: _Arrivals
+) -> asyncio.Future[tuple[int, int]]:
     """The write's (partition, offset) as a future of this loop, failed at the write's deadline.
 
-    The report thread only schedules the settling on the loop: no
-    ``concurrent.futures.Future`` to wrap, no ``asyncio.timeout`` block per write.
+    The report thread only hands the settling to the loop (:class:`_Arrivals`):
+    no ``concurrent.futures.Future`` to wrap, no ``asyncio.timeout`` block per write.
     """
-    loop = asyncio.get_running_loop()
+    loop = arrivals.loop
     waiter: asyncio.Future[tuple[int, int]] = loop.create_future()
 
     def settle() -> None:
@@ -243,10 +257,45 @@ def _acknowledged(step: Write, acknowledgement: Acknowledgement) -> asyncio.Futu
             waiter.set_exception(not_acknowledged(step.record, step.timeout, step.failure))
 
     expiry = loop.call_later(max(0.0, step.deadline - time.monotonic()), expire)
-
-    def arrived(_: Acknowledgement) -> None:  # on the report thread
-        with suppress(RuntimeError):  # a loop closed meanwhile has nobody waiting
-            loop.call_soon_threadsafe(settle)
-
-    acknowledgement.add_done_callback(arrived)
+    acknowledgement.add_done_callback(lambda _: arrivals.put(settle))  # on the report thread
     return waiter
+
+
+class _Arrivals:
+    """The settlings a loop has to run for reports that arrived, run in batches.
+
+    The report thread serves many reports per poll; scheduling each on the loop
+    (``call_soon_threadsafe``) would write the loop's wake-up pipe and wake it
+    once per write. Here a report only queues its settling, and the first one
+    queued while no batch is due schedules one: the loop wakes once and settles
+    every report that arrived meanwhile, in the order they arrived.
+    """
+
+    __slots__ = ("_due", "_pending", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._pending: deque[Callable[[], None]] = deque()
+        self._due = False
+
+    def put(self, settle: Callable[[], None]) -> None:
+        """Queue ``settle`` to run on the loop; from any thread."""
+        self._pending.append(settle)
+        # Appended before the flag is read: a batch due already runs after this
+        # point (it clears the flag before it takes), so it takes ``settle`` too.
+        if not self._due:
+            self._due = True
+            with suppress(RuntimeError):  # a loop closed meanwhile has nobody waiting
+                self.loop.call_soon_threadsafe(self._run)
+
+    def _run(self) -> None:
+        self._due = False
+        pending = self._pending
+        while pending:
+            settle = pending.popleft()
+            try:
+                settle()
+            except Exception as exc:  # as the loop would report a failed callback
+                self.loop.call_exception_handler(
+                    {"message": "settling a write's acknowledgement failed", "exception": exc}
+                )

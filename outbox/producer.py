@@ -72,6 +72,7 @@ from outbox.protocol import (
     new_transaction_id,
     validate_producer_group,
 )
+from outbox.protocol.records import frozen_instance
 from outbox.send_flow import (
     FittingHalf,
     Flow,
@@ -172,7 +173,9 @@ class TransactionProducer:
         self._check_executor = check_executor or ThreadPoolExecutor(
             self.settings.check_threads, thread_name_prefix=f"outbox-check-{group}"
         )
-        self._state_lock = threading.Condition()
+        self._admission = threading.Lock()
+        """Held to admit or release a send; taken directly there (a C-level ``with``)."""
+        self._state_lock = threading.Condition(self._admission)
         self._started = False
         self._closed = False
         self._in_flight = 0
@@ -324,7 +327,7 @@ class TransactionProducer:
 
         Each :meth:`_admit` is followed by one :meth:`_release`, in a ``finally``.
         """
-        with self._state_lock:
+        with self._admission:
             if self._closed:
                 raise ProducerClosedError("this producer was shut down; no message was sent")
             if not self._started:
@@ -332,7 +335,7 @@ class TransactionProducer:
             self._in_flight += 1
 
     def _release(self) -> None:
-        with self._state_lock:
+        with self._admission:
             self._in_flight -= 1
             if self._closed:  # only a shutdown waits for the count
                 self._state_lock.notify_all()
@@ -358,9 +361,16 @@ class TransactionProducer:
         return self.listener.execute_local_transaction(step.message, step.arg)
 
     def _send_flow(self, message: Message, arg: Any) -> Flow[TransactionSendResult]:
-        """The send in its span, whose trace context the half carries to the real record."""
-        if not tracing.ENABLED:  # no span to open, nothing to record on one
-            return (yield from self._send_steps(message, arg, tracing.NO_SPAN))
+        """The send in its span, whose trace context the half carries to the real record.
+
+        With no span to record (no OpenTelemetry, or no SDK) the steps are the
+        flow itself, not wrapped in a generator that only passes them on.
+        """
+        if not tracing.recording():
+            return self._send_steps(message, arg, tracing.NO_SPAN)
+        return self._traced_send_flow(message, arg)
+
+    def _traced_send_flow(self, message: Message, arg: Any) -> Flow[TransactionSendResult]:
         attributes = {"messaging.system": "kafka", "outbox.producer_group": self.group}
         with tracing.span(tracing.SEND, "PRODUCER", attributes) as span:
             result = yield from self._send_steps(message, arg, span)
@@ -377,13 +387,17 @@ class TransactionProducer:
         outcome, the result) is here, so both drivers give the same results
         and raise the same errors; a driver only waits for what a step names.
         """
-        transaction_id = getattr(message, "transaction_id", None) or new_transaction_id()
+        transaction_id = getattr(message, "transaction_id", None)
+        id_is_new = not transaction_id
+        if id_is_new:
+            transaction_id = new_transaction_id()
         half = build_half(
             self._serialization.encoded(message),
             group=self.group,
             topics=self.topics,
             transaction_id=transaction_id,
             born_ms=self._now_ms(),
+            id_is_new=id_is_new,
         )
         if span is not tracing.NO_SPAN:
             span.set_attribute("messaging.destination.name", half.real_topic)
@@ -391,14 +405,24 @@ class TransactionProducer:
         traced = tracing.with_trace_context(half.user_headers)
         if traced is not half.user_headers:
             half = dataclasses.replace(half, user_headers=traced)
-        real: TopicFacts = yield TopicLookup(half.real_topic)
+        # Steps are yielded only to wait: a topic and a size limit known already
+        # are read here, so a send to a known topic yields its two writes and
+        # its local transaction, and nothing else.
+        assert self._catalog and self._limits
+        real: TopicFacts | None = self._catalog.known(half.real_topic)
+        if real is None:
+            real = yield TopicLookup(half.real_topic)
         if half.real_partition is not None and half.real_partition >= real.partitions:
             raise InvalidMessageError(
                 f"message partition {half.real_partition} does not exist: topic "
                 f"{half.real_topic!r} has {real.partitions} partitions"
             )
         half_partition = half_partition_for(half.key, transaction_id, self._half_partitions)
-        record: OutgoingRecord = yield FittingHalf(half, half_partition)
+        record: OutgoingRecord
+        if self._limits.knows_half(half):
+            record = self._limits.fitting_half_record(half, self.topics, half_partition)
+        else:
+            record = yield FittingHalf(half, half_partition)
         _, half_offset = yield self._write(record, HalfWriteError)
         self._metrics.halves_written.inc()
         if span is not tracing.NO_SPAN:
@@ -412,15 +436,18 @@ class TransactionProducer:
         end_status, end_error = yield from self._end(
             half, half_partition, half_offset, half_offset, state, origin="send", parent=span
         )
-        return TransactionSendResult(
-            send_status=SendStatus.SEND_OK,
-            transaction_id=transaction_id,
-            half_partition=half_partition,
-            half_offset=half_offset,
-            local_transaction_state=state,
-            end_status=end_status,
-            local_transaction_error=local_error,
-            end_error=end_error,
+        return frozen_instance(
+            TransactionSendResult,
+            {
+                "send_status": SendStatus.SEND_OK,
+                "transaction_id": transaction_id,
+                "half_partition": half_partition,
+                "half_offset": half_offset,
+                "local_transaction_state": state,
+                "end_status": end_status,
+                "local_transaction_error": local_error,
+                "end_error": end_error,
+            },
         )
 
     def _write(
@@ -475,16 +502,31 @@ class TransactionProducer:
 
         ``origin_offset`` is the half's identity, which the relay keys decisions on;
         ``parent`` the span of the send or check (no end span under :data:`~tracing.NO_SPAN`).
+        Not a generator itself: it returns the flow of the end, which for a send
+        with no span is :meth:`_write_decision`'s, with no layer to pass its steps on.
         """
         resolution = _RESOLUTIONS.get(state)
         if resolution is None:
             self._metrics.child(metrics.UNKNOWNS, origin).inc()
             log.info("transaction left unknown transaction_id=%s", half.transaction_id)
-            return EndStatus.LEFT_UNKNOWN, None
-        with _child_span(parent, tracing.END, half.transaction_id, resolution, origin) as span:
-            status, error = yield from self._write_decision(
-                half, half_partition, half_offset, origin_offset, resolution, origin
-            )
+            return _ended(EndStatus.LEFT_UNKNOWN, None)
+        decision = self._write_decision(
+            half, half_partition, half_offset, origin_offset, resolution, origin
+        )
+        if parent is tracing.NO_SPAN:
+            return decision
+        return self._end_in_span(decision, half.transaction_id, resolution, origin, parent)
+
+    def _end_in_span(
+        self,
+        decision: Flow[tuple[EndStatus, BaseException | None]],
+        transaction_id: str,
+        resolution: Resolution,
+        origin: str,
+        parent: Any,
+    ) -> Flow[tuple[EndStatus, BaseException | None]]:
+        with _child_span(parent, tracing.END, transaction_id, resolution, origin) as span:
+            status, error = yield from decision
             if span is not tracing.NO_SPAN:
                 span.set_attribute("outbox.end_status", status.value)
                 if error is not None:
@@ -514,14 +556,17 @@ class TransactionProducer:
                 self._metrics.child(metrics.END_FAILURES, "late").inc()
                 log.warning("late end refused transaction_id=%s", half.transaction_id)
                 return EndStatus.REFUSED_LATE, error
-        op = OpRecord(
-            half.transaction_id,
-            self.group,
-            half_partition,
-            half_offset,
-            resolution,
-            self._now_ms(),
-            origin_offset=origin_offset,
+        op = frozen_instance(
+            OpRecord,
+            {
+                "transaction_id": half.transaction_id,
+                "producer_group": self.group,
+                "half_partition": half_partition,
+                "half_offset": half_offset,
+                "resolution": resolution,
+                "ended_ms": self._now_ms(),
+                "origin_offset": origin_offset,
+            },
         )
         started = time.monotonic()
         oneway = origin == "send" and self.settings.end_oneway
@@ -654,6 +699,14 @@ class TransactionProducer:
 
 def _raise(error: Exception) -> None:
     raise error
+
+
+def _ended(
+    status: EndStatus, error: BaseException | None
+) -> Flow[tuple[EndStatus, BaseException | None]]:
+    """The flow of an end with nothing to write: no step, its outcome at once."""
+    return status, error
+    yield  # a generator, which finishes at its first step
 
 
 def _count_end(

@@ -19,6 +19,12 @@ from outbox.protocol import (
     validate_transaction_id,
 )
 from outbox.protocol.headers import HeaderList
+from outbox.protocol.records import frozen_instance
+
+_REAL_TOPICS_PASSED: set[tuple[str, str]] = set()
+"""(topic, outbox prefix) pairs whose topic passed :func:`_check_real_topic`: a send
+to a topic seen before skips its name checks. Bounded by :data:`_REAL_TOPICS_KEPT`."""
+_REAL_TOPICS_KEPT = 4096
 
 
 def _as_bytes(value: object, what: str, *, allow_none: bool) -> bytes | None:
@@ -39,6 +45,8 @@ def _as_bytes(value: object, what: str, *, allow_none: bool) -> bytes | None:
 
 
 def _user_headers(headers: HeadersInput) -> HeaderList:
+    if type(headers) is tuple and not headers:  # a Message's default: no headers
+        return []
     items = headers.items() if isinstance(headers, Mapping) else headers
     result: HeaderList = []
     try:
@@ -69,21 +77,18 @@ def build_half(
     topics: TopicNames,
     transaction_id: str,
     born_ms: int,
+    id_is_new: bool = False,
 ) -> HalfRecord:
-    """The half record for ``message``; raises :class:`InvalidMessageError` on bad input."""
+    """The half record for ``message``; raises :class:`InvalidMessageError` on bad input.
+
+    ``id_is_new``: ``transaction_id`` was just drawn by
+    :func:`~outbox.protocol.new_transaction_id`, valid by construction, so not checked again.
+    """
     if not isinstance(message, Message):
         raise InvalidMessageError(f"expected an outbox.Message, got {type(message).__name__}")
     topic = message.topic
-    if not isinstance(topic, str) or not topic:
-        raise InvalidMessageError("message topic is missing")
-    try:
-        validate_topic_name(topic, "message topic")
-    except ValueError as exc:
-        raise InvalidMessageError(str(exc)) from None
-    if topics.is_internal(topic):
-        raise InvalidMessageError(
-            f"message topic {topic!r} is an internal outbox topic; send to a real topic"
-        )
+    if type(topic) is not str or (topic, topics.prefix) not in _REAL_TOPICS_PASSED:
+        _check_real_topic(topic, topics)
     partition = message.partition
     if partition is not None and (not isinstance(partition, int) or partition < 0):
         raise InvalidMessageError(f"message partition must be an int >= 0, got {partition!r}")
@@ -94,18 +99,41 @@ def build_half(
         raise InvalidMessageError(
             f"check_immunity_seconds must be a whole number >= 0, got {immunity!r}"
         )
+    if not id_is_new:
+        try:
+            validate_transaction_id(transaction_id)
+        except ValueError as exc:
+            raise InvalidMessageError(str(exc)) from None
+    return frozen_instance(
+        HalfRecord,
+        {
+            "transaction_id": transaction_id,
+            "producer_group": group,
+            "real_topic": topic,
+            "key": _as_bytes(message.key, "key", allow_none=True),
+            "value": _as_bytes(message.value, "value", allow_none=False),
+            "born_ms": born_ms,
+            "user_headers": _user_headers(message.headers),
+            "real_partition": partition,
+            "check_times": 0,
+            "immunity_seconds": immunity,
+            "origin_offset": None,
+            "origin_stored_ms": None,
+        },
+    )
+
+
+def _check_real_topic(topic: object, topics: TopicNames) -> None:
+    """Refuse a topic a message may not name: not a Kafka name, or one of the outbox's own."""
+    if not isinstance(topic, str) or not topic:
+        raise InvalidMessageError("message topic is missing")
     try:
-        validate_transaction_id(transaction_id)
+        validate_topic_name(topic, "message topic")
     except ValueError as exc:
         raise InvalidMessageError(str(exc)) from None
-    return HalfRecord(
-        transaction_id=transaction_id,
-        producer_group=group,
-        real_topic=topic,
-        key=_as_bytes(message.key, "key", allow_none=True),
-        value=_as_bytes(message.value, "value", allow_none=False),
-        born_ms=born_ms,
-        user_headers=_user_headers(message.headers),
-        real_partition=partition,
-        immunity_seconds=immunity,
-    )
+    if topics.is_internal(topic):
+        raise InvalidMessageError(
+            f"message topic {topic!r} is an internal outbox topic; send to a real topic"
+        )
+    if len(_REAL_TOPICS_PASSED) < _REAL_TOPICS_KEPT:
+        _REAL_TOPICS_PASSED.add((topic, topics.prefix))

@@ -8,6 +8,8 @@ one checker replica.
 
 from __future__ import annotations
 
+import struct
+
 _M = 0x5BD1E995
 _MASK = 0xFFFFFFFF
 
@@ -17,8 +19,7 @@ def murmur2(data: bytes) -> int:
     length = len(data)
     h = (0x9747B28C ^ length) & _MASK
     whole = length - length % 4
-    for i in range(0, whole, 4):
-        k = int.from_bytes(data[i : i + 4], "little")
+    for k in struct.unpack_from(f"<{whole // 4}I", data):  # the 4-byte words, little-endian
         k = (k * _M) & _MASK
         k ^= k >> 24
         k = (k * _M) & _MASK

@@ -17,11 +17,11 @@ hand in tests) and raise :class:`MalformedRecordError` naming the bad field.
 from __future__ import annotations
 
 import dataclasses
+import os
 import string
-import uuid
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol, Self
+from typing import Any, Protocol, Self, TypeVar
 
 from outbox.protocol.headers import (
     RESERVED_HEADER_PREFIX,
@@ -35,6 +35,22 @@ from outbox.protocol.headers import (
 )
 from outbox.protocol.partitioning import op_partition_for_half
 from outbox.protocol.topics import TopicNames, validate_producer_group, validate_topic_name
+
+_Frozen = TypeVar("_Frozen")
+
+
+def frozen_instance(cls: type[_Frozen], fields: dict[str, Any]) -> _Frozen:
+    """An instance of the frozen dataclass ``cls`` holding ``fields``, every one of them.
+
+    What ``cls(**fields)`` makes, without its generated ``__init__``, which sets
+    each field through ``object.__setattr__``: a send builds five such records,
+    and that was a tenth of its Python time. For the exact class only (no
+    ``__post_init__``, no slots), with every field given.
+    """
+    instance = object.__new__(cls)
+    instance.__dict__.update(fields)
+    return instance
+
 
 _TRANSACTION_ID_CHARS = frozenset(string.ascii_letters + string.digits + "-_.:")
 MAX_TRANSACTION_ID_LENGTH = 128
@@ -69,8 +85,16 @@ class DiscardReason(StrEnum):
 
 
 def new_transaction_id() -> str:
-    """A fresh, globally unique transaction id (RocketMQ's ``UNIQ_KEY``)."""
-    return uuid.uuid4().hex
+    """A fresh, globally unique transaction id (RocketMQ's ``UNIQ_KEY``).
+
+    ``uuid.uuid4().hex`` without its ``UUID`` object, which cost a send more
+    than drawing the bytes: 16 random bytes, version 4 and the RFC 4122 variant
+    set, as hex.
+    """
+    drawn = bytearray(os.urandom(16))
+    drawn[6] = drawn[6] & 0x0F | 0x40
+    drawn[8] = drawn[8] & 0x3F | 0x80
+    return drawn.hex()
 
 
 def validate_transaction_id(transaction_id: object) -> str:
@@ -231,7 +255,16 @@ class HalfRecord:
 
     def to_record(self, topics: TopicNames, half_partition: int) -> OutgoingRecord:
         headers: HeaderList = [_HALF_KIND_HEADER, *self._protocol_headers(), *self.user_headers]
-        return OutgoingRecord(topics.half, self.key, self.value, headers, half_partition)
+        return frozen_instance(
+            OutgoingRecord,
+            {
+                "topic": topics.half,
+                "key": self.key,
+                "value": self.value,
+                "headers": headers,
+                "partition": half_partition,
+            },
+        )
 
     def _protocol_headers(self) -> HeaderList:
         # Built inline from the names below rather than through text_header and
@@ -352,8 +385,15 @@ class OpRecord:
         ]
         if self.origin_offset is not None:
             headers.append((_ORIGIN_OFFSET, b"%d" % self.origin_offset))
-        return OutgoingRecord(
-            topics.op, transaction_id, None, headers, op_partition_for_half(self.half_partition)
+        return frozen_instance(
+            OutgoingRecord,
+            {
+                "topic": topics.op,
+                "key": transaction_id,
+                "value": None,
+                "headers": headers,
+                "partition": op_partition_for_half(self.half_partition),
+            },
         )
 
     @classmethod

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import faulthandler
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -151,5 +153,7 @@ def test_a_stopped_checker_exits_within_a_pod_grace_period_while_the_broker_is_d
         running.loop.join(GRACE_PERIOD_SECONDS)
         took = time.monotonic() - started
         exited = not running.loop.is_alive()
+        if not exited:
+            faulthandler.dump_traceback(sys.__stderr__, all_threads=True)  # where it waits
         own_kafka_broker.start()
     assert exited, f"still running {took:.0f}s after stop()"

@@ -15,9 +15,10 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import ClassVar
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from outbox_checker.relay import BatchReport, Relay, RelaySettings
 from prometheus_client import REGISTRY
 
@@ -682,3 +683,71 @@ def test_a_relay_whose_abort_hangs_gives_up_on_it_at_the_transaction_deadline(
         relay.close()
     assert AbortHangsOnce.hung_for == RelaySettings().transaction_deadline
     assert took < 12.0, f"published {took:.1f}s after the batch failed"
+
+
+class CallbackWatch(Consumer):
+    """A real group consumer that notes each metadata or watermark question put to it from
+    inside its own ``poll``, ``consume`` or ``close``: from one of its callbacks.
+
+    confluent-kafka keeps one call state per consumer and thread, which ``list_topics``
+    (:func:`~outbox_checker.kafka_reader.watermarks` calls it to find a moved leader) ends;
+    the next callback that same ``poll`` serves (a log line) then finds none and aborts the
+    process. The relay restores an op partition from its ``on_assign``: a CI run died so
+    while a frozen broker came back.
+    """
+
+    made: ClassVar[list[CallbackWatch]] = []
+
+    def __init__(self, config: dict) -> None:
+        super().__init__(config)
+        self.serving = False
+        self.asked_from_callbacks: list[str] = []
+        CallbackWatch.made.append(self)
+
+    def _serve(self, call: Callable, *args, **kwargs):
+        self.serving = True
+        try:
+            return call(*args, **kwargs)
+        finally:
+            self.serving = False
+
+    def poll(self, *args, **kwargs):
+        return self._serve(super().poll, *args, **kwargs)
+
+    def consume(self, *args, **kwargs):
+        return self._serve(super().consume, *args, **kwargs)
+
+    def close(self, *args, **kwargs):
+        return self._serve(super().close, *args, **kwargs)
+
+    def _note(self, question: str) -> None:
+        if self.serving:
+            self.asked_from_callbacks.append(question)
+
+    def list_topics(self, *args, **kwargs):
+        self._note("list_topics")
+        return super().list_topics(*args, **kwargs)
+
+    def get_watermark_offsets(self, *args, **kwargs):
+        self._note("get_watermark_offsets")
+        return super().get_watermark_offsets(*args, **kwargs)
+
+
+def test_the_relays_callbacks_ask_its_group_consumer_nothing_that_can_end_its_call_state(
+    outbox_topics: OutboxTopics, monkeypatch: pytest.MonkeyPatch
+):
+    """Restoring op partitions at assignment reads watermarks and the op history, and may
+    refresh metadata: none of it through the group consumer whose callback is running."""
+    t = outbox_topics
+    half = pending_half(t, f"callbacks-{uuid.uuid4().hex[:6]}")
+    offset = write_half(t, half)
+    decide(t, half, offset, COMMIT)
+    CallbackWatch.made.clear()
+    monkeypatch.setattr("outbox_checker.relay.Consumer", CallbackWatch)
+    for _ in range(2):  # the second restore re-reads the op history the first relayed
+        with relay_of(t) as relay:
+            drain(relay)
+    assert len(CallbackWatch.made) >= 2
+    assert published(t) == Counter({half.transaction_id: 1})
+    asked = [question for watch in CallbackWatch.made for question in watch.asked_from_callbacks]
+    assert asked == []

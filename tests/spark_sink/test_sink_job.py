@@ -8,6 +8,7 @@ from pyspark.sql import SparkSession
 
 from outbox import LocalTransactionState
 from spark_sink import BatchProgress, run_sink, start_sink
+from spark_sink.job import CONCURRENT_WRITERS, PARTITION_WRITERS, configure_session
 from tests.spark_sink.conftest import SinkTopics, read_table, sink_settings
 
 COMMIT = LocalTransactionState.COMMIT_MESSAGE
@@ -96,3 +97,32 @@ def test_other_formats_by_option(
     [row] = read_table(spark, settings.output, "orc")
     assert (row.transaction_id, row.value) == (committed, sink_topics.sent[committed])
     assert list(Path(settings.output).rglob("*.orc"))
+
+
+def test_no_empty_batch_after_the_data(
+    spark: SparkSession, sink_topics: SinkTopics, tmp_path: Path
+) -> None:
+    """The watermark moves with every batch (ingestion time), and Spark would then run
+    a batch without data to evict state: a whole batch's fixed cost in front of the
+    next events. Eviction waits for the next batch with data instead."""
+    sink_topics.send(3, COMMIT)
+    batches: list[BatchProgress] = []
+
+    summary = run_sink(sink_settings(sink_topics, tmp_path), spark, on_progress=batches.append)
+
+    assert [batch.rows_in for batch in batches] == [3]
+    assert summary.rows_written == 3
+
+
+def test_partitioned_writes_keep_a_writer_per_partition_instead_of_sorting(
+    spark: SparkSession, sink_topics: SinkTopics, tmp_path: Path
+) -> None:
+    """Without concurrent writers Spark sorts each batch's full rows by topic and date
+    before writing them (spilling to disk when they exceed the task's memory)."""
+    configure_session(spark, sink_settings(sink_topics, tmp_path))
+    assert spark.conf.get(CONCURRENT_WRITERS) == str(PARTITION_WRITERS) != "0"
+
+    overridden = sink_settings(sink_topics, tmp_path, spark_conf={CONCURRENT_WRITERS: "0"})
+    configure_session(spark, overridden)
+    assert spark.conf.get(CONCURRENT_WRITERS) == "0"
+    configure_session(spark, sink_settings(sink_topics, tmp_path))

@@ -1,0 +1,132 @@
+"""The send path's shortcuts (issue 24): what they skip, and the checks they keep.
+
+No broker: the in-memory producer runs the real send flow, and the async
+producer's acknowledgement futures are settled from a thread of their own, as
+the client's report thread settles them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from outbox import LocalTransactionState, Message, ProducerSettings
+from outbox.acked_writer import Acknowledgement
+from outbox.async_producer import _acknowledged, _Arrivals
+from outbox.errors import HalfWriteError, InvalidMessageError
+from outbox.protocol import OutgoingRecord, TopicNames
+from outbox.send_flow import LocalTransaction, Write
+from outbox.testing import InMemoryBroker, InMemoryTransactionProducer
+from outbox.validation import build_half
+
+REAL_TOPIC = "orders-events"
+
+
+class _Commits:
+    def execute_local_transaction(self, message: Message, arg: Any) -> LocalTransactionState:
+        return LocalTransactionState.COMMIT_MESSAGE
+
+    def check_local_transaction(self, message: Message) -> LocalTransactionState:
+        return LocalTransactionState.COMMIT_MESSAGE
+
+
+def test_a_send_to_a_known_topic_waits_on_its_two_writes_and_its_local_transaction():
+    broker = InMemoryBroker({REAL_TOPIC: 2})
+    settings = ProducerSettings(bootstrap_servers="in-memory:0")
+    with InMemoryTransactionProducer("orders", _Commits(), settings, broker=broker) as producer:
+        producer.send_message_in_transaction(Message(REAL_TOPIC, b"first"))  # learns the topic
+        flow = producer._send_flow(Message(REAL_TOPIC, b"second", key=b"k"), None)
+        steps: list[type] = []
+        try:
+            step = next(flow)
+            while True:
+                steps.append(type(step))
+                step = flow.send(producer._take(step))
+        except StopIteration as finished:
+            result = finished.value
+    assert steps == [Write, LocalTransaction, Write]
+    assert result.local_transaction_state is LocalTransactionState.COMMIT_MESSAGE
+    assert broker.published(REAL_TOPIC)[-1].value == b"second"
+
+
+def _half_of(topic: object, prefix: str) -> Any:
+    return build_half(
+        Message(topic, b"v"),  # type: ignore[arg-type]
+        group="orders",
+        topics=TopicNames(prefix),
+        transaction_id="t-1",
+        born_ms=0,
+    )
+
+
+def test_a_topic_checked_once_is_still_refused_where_it_is_an_outbox_topic():
+    assert _half_of("b.half", "a").real_topic == "b.half"  # a real topic for prefix "a"
+    with pytest.raises(InvalidMessageError, match="internal outbox topic"):
+        _half_of("b.half", "b")
+    for _ in range(2):  # a refusal is never remembered as a pass
+        with pytest.raises(InvalidMessageError, match="characters Kafka does not allow"):
+            _half_of("no spaces", "a")
+        with pytest.raises(InvalidMessageError, match="topic is missing"):
+            _half_of(["not", "hashable"], "a")
+
+
+def test_a_callers_transaction_id_is_still_validated():
+    with pytest.raises(InvalidMessageError, match="may only hold"):
+        build_half(
+            Message(REAL_TOPIC, b"v"),
+            group="orders",
+            topics=TopicNames("outbox"),
+            transaction_id="no spaces",
+            born_ms=0,
+        )
+
+
+def test_reports_arriving_together_wake_the_loop_once_and_settle_every_write():
+    count = 500
+
+    async def main() -> tuple[list[tuple[int, int]], int]:
+        loop = asyncio.get_running_loop()
+        wakeups = 0
+        schedule = loop.call_soon_threadsafe
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            nonlocal wakeups
+            wakeups += 1
+            return schedule(*args, **kwargs)
+
+        loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+        arrivals = _Arrivals(loop)
+        record = OutgoingRecord("t", None, b"v")
+        acknowledgements = [Acknowledgement("t", HalfWriteError, {}) for _ in range(count)]
+        waiters = [
+            _acknowledged(Write(record, HalfWriteError, 30.0, time.monotonic() + 30), ack, arrivals)
+            for ack in acknowledgements
+        ]
+
+        class _Delivered:
+            def __init__(self, offset: int) -> None:
+                self._offset = offset
+
+            def partition(self) -> int:
+                return 0
+
+            def offset(self) -> int:
+                return self._offset
+
+        def report_thread() -> None:  # one poll serving every report
+            for offset, acknowledgement in enumerate(acknowledgements):
+                acknowledgement(None, _Delivered(offset))  # type: ignore[arg-type]
+
+        thread = threading.Thread(target=report_thread)
+        thread.start()
+        positions = await asyncio.wait_for(asyncio.gather(*waiters), 10)
+        thread.join()
+        return positions, wakeups
+
+    positions, wakeups = asyncio.run(main())
+    assert positions == [(0, offset) for offset in range(count)]
+    assert 1 <= wakeups < count / 10
