@@ -8,17 +8,18 @@ the client's report thread settles them.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 from typing import Any
 
 import pytest
 
-from outbox import LocalTransactionState, Message, ProducerSettings
+from outbox import LocalTransactionState, Message, ProducerSettings, TransactionSendResult
 from outbox.acked_writer import Acknowledgement
 from outbox.async_producer import _acknowledged, _Arrivals
 from outbox.errors import HalfWriteError, InvalidMessageError
-from outbox.protocol import OutgoingRecord, TopicNames
+from outbox.protocol import OpRecord, OutgoingRecord, Resolution, TopicNames
 from outbox.send_flow import LocalTransaction, Write
 from outbox.testing import InMemoryBroker, InMemoryTransactionProducer
 from outbox.validation import build_half
@@ -130,3 +131,36 @@ def test_reports_arriving_together_wake_the_loop_once_and_settle_every_write():
     positions, wakeups = asyncio.run(main())
     assert positions == [(0, offset) for offset in range(count)]
     assert 1 <= wakeups < count / 10
+
+
+def _whole(record: object) -> None:
+    """``record`` holds every field of its dataclass and nothing else, as its ``__init__``
+    would have made it: ``frozen_instance`` skips that ``__init__``, so a field added to the
+    class (with a default) and not to a call site would be missing until first read."""
+    names = {f.name for f in dataclasses.fields(record)}  # type: ignore[arg-type]
+    assert set(vars(record)) == names, type(record).__name__
+    remade = type(record)(**{name: getattr(record, name) for name in names})
+    assert remade == record
+
+
+def test_records_built_without_their_init_are_whole():
+    broker = InMemoryBroker({REAL_TOPIC: 2})
+    settings = ProducerSettings(bootstrap_servers="in-memory:0")
+    with InMemoryTransactionProducer("orders", _Commits(), settings, broker=broker) as producer:
+        producer.send_message_in_transaction(Message(REAL_TOPIC, b"first"))  # learns the topic
+        flow = producer._send_flow(Message(REAL_TOPIC, b"second", key=b"k"), None)
+        built: list[object] = []
+        try:
+            step = next(flow)
+            while True:
+                if isinstance(step, Write):
+                    built.append(step.record)
+                step = flow.send(producer._take(step))
+        except StopIteration as finished:
+            built.append(finished.value)
+    half = _half_of(REAL_TOPIC, "outbox")
+    op = OpRecord("t-1", "orders", 0, 5, Resolution.COMMIT, 1, origin_offset=5)
+    built += [half, half.to_record(TopicNames("outbox"), 0), op.to_record(TopicNames("outbox"))]
+    assert [type(r) for r in built][:3] == [OutgoingRecord, OutgoingRecord, TransactionSendResult]
+    for record in built:
+        _whole(record)
