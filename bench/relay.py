@@ -31,6 +31,7 @@ from rich.console import Console
 from bench.checker import GROUP, CpuWindow, drop_topics, fresh_topics
 from bench.common import bench_main, run_on_broker
 from outbox.acked_writer import produce_when_room
+from outbox.config import kafka_client_config
 from outbox.protocol import HalfRecord, OpRecord, Resolution, TopicNames
 
 
@@ -82,7 +83,7 @@ def write_decided(bootstrap: str, topics: TopicNames, count: int, value_bytes: i
     """``count`` halves at offsets 0.. of half partition 0, then one COMMIT op each; seconds."""
     producer = Producer(
         {
-            "bootstrap.servers": bootstrap,
+            **kafka_client_config(bootstrap),  # its log lines through logging, not raw on fd 2
             "enable.idempotence": True,
             "acks": "all",
             "linger.ms": 50,
