@@ -6,11 +6,12 @@ original half's offset (its identity); the producer never writes the real topic.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer
 
 from outbox import (
     EndStatus,
@@ -26,7 +27,7 @@ from outbox.protocol import (
     OutgoingRecord,
     Resolution,
 )
-from tests.producer.conftest import OutboxTopics, ScriptedListener
+from tests.producer.conftest import HALF_PARTITIONS, OutboxTopics, ScriptedListener
 
 pytestmark = pytest.mark.kafka
 
@@ -198,6 +199,73 @@ def test_full_check_executor_loses_no_request(outbox_topics, producer_type):
         s.transaction_id for s in sent
     )
     assert len(listener.checked) == 6
+
+
+def test_a_partition_given_to_a_full_responder_loses_no_request(outbox_topics):
+    """While its executor is full the responder pauses and only serves its group; a
+    partition it is given meanwhile (here, another member leaves) is not paused yet, so a
+    request fetched from it in that poll must be sought back to, not skipped."""
+    check_topic = outbox_topics.names.check("orders")
+    release = threading.Event()
+
+    def slow_check(message: Message) -> LocalTransactionState:
+        release.wait(30)
+        return LocalTransactionState.ROLLBACK_MESSAGE
+
+    listener = ScriptedListener(slow_check)
+    settings = outbox_topics.settings(check_threads=1, check_queue_size=1)
+    visitor = Consumer({**outbox_topics.client_config, "group.id": check_topic})
+    with TransactionProducer("orders", listener, settings) as producer:
+        sent = [
+            producer.send_message_in_transaction(
+                Message(outbox_topics.real_topic, f"v{i}".encode()), UNKNOW
+            )
+            for i in range(8)
+        ]
+        visitor.subscribe([check_topic])
+        deadline = time.monotonic() + 30
+        while not visitor.assignment():
+            assert time.monotonic() < deadline, "the visitor never joined the responder's group"
+            visitor.poll(0.1)
+        theirs = {tp.partition for tp in visitor.assignment()}
+        ours = sorted(set(range(HALF_PARTITIONS)) - theirs)
+        now = int(time.time() * 1000)
+        requests = [
+            CheckRequest(HalfRecord.from_record(raw), raw.partition, raw.offset, now)
+            for raw in outbox_topics.read(outbox_topics.names.half)
+        ]
+        records = [r.to_record(outbox_topics.names) for r in requests]
+        # Three for the responder: one answered (blocked), one queued, one it pauses at.
+        produce(
+            outbox_topics,
+            *(
+                dataclasses.replace(r, partition=ours[i % len(ours)])
+                for i, r in enumerate(records[:3])
+            ),
+        )
+        wait_for(lambda: len(listener.checked) == 1)
+        time.sleep(0.5)  # the third request found the executor full: paused
+        # The rest wait on the visitor's partitions, then the visitor leaves: the
+        # responder is given them while full, with requests ready to fetch at once.
+        produce(
+            outbox_topics,
+            *(
+                dataclasses.replace(r, partition=sorted(theirs)[i % len(theirs)])
+                for i, r in enumerate(records[3:])
+            ),
+        )
+        visitor.close()
+        responder = producer._responder._consumer  # the rebalance is seen from inside only
+        wait_for(lambda: len(responder.assignment()) == HALF_PARTITIONS)
+        time.sleep(0.5)  # one more poll while full: the fetched request is taken back
+        release.set()
+        deadline = time.monotonic() + 30
+        while len(ops_of(outbox_topics)) < len(sent) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    unanswered = {s.transaction_id for s in sent} - {
+        o.transaction_id for o in ops_of(outbox_topics)
+    }
+    assert not unanswered, f"requests skipped, never answered: {sorted(unanswered)}"
 
 
 class FakeClock:
