@@ -112,7 +112,6 @@ class Member:
     proc: subprocess.Popen
     owned: set[int] = field(default_factory=set)
     events: list[dict] = field(default_factory=list)
-    started_at: float | None = None
 
     def __post_init__(self) -> None:
         threading.Thread(target=self._read, daemon=True).start()
@@ -124,8 +123,6 @@ class Member:
             self.events.append(event)
             if "owned" in event:
                 self.owned = set(event["owned"])
-            if "started" in event:
-                self.started_at = event["t"]
 
     def kill(self) -> float:
         self.proc.kill()
@@ -140,7 +137,7 @@ class Member:
 
 class Run:
     def __init__(self, bootstrap: str, protocol: str, tag: str) -> None:
-        self.bootstrap, self.protocol, self.tag = bootstrap, protocol, tag
+        self.bootstrap, self.protocol = bootstrap, protocol
         self.topic = f"gp-{tag}"
         self.group = f"gp-{tag}.checker"
         from confluent_kafka.admin import AdminClient, NewTopic
