@@ -28,6 +28,7 @@ from outbox.protocol import (
     DiscardRecord,
     HalfRecord,
     OpRecord,
+    OutgoingRecord,
     RealRecord,
     Resolution,
     murmur2,
@@ -95,6 +96,26 @@ def write_half(topics: OutboxTopics, half: HalfRecord, partition: int = 0) -> in
     return offset
 
 
+def write_halves(topics: OutboxTopics, halves: list[HalfRecord]) -> list[int]:
+    """Their offsets on half partition 0, in one write (a write is a client's start)."""
+    return [offset for _, offset in write(topics, *(h.to_record(topics.names, 0) for h in halves))]
+
+
+def decision(
+    topics: OutboxTopics,
+    half: HalfRecord,
+    offset: int,
+    resolution: Resolution,
+    *,
+    origin: int | None = None,
+    partition: int = 0,
+) -> OutgoingRecord:
+    op = OpRecord(
+        half.transaction_id, half.producer_group, partition, offset, resolution, 1, origin
+    )
+    return op.to_record(topics.names)
+
+
 def decide(
     topics: OutboxTopics,
     half: HalfRecord,
@@ -104,10 +125,15 @@ def decide(
     origin: int | None = None,
     partition: int = 0,
 ) -> None:
-    op = OpRecord(
-        half.transaction_id, half.producer_group, partition, offset, resolution, 1, origin
+    write(topics, decision(topics, half, offset, resolution, origin=origin, partition=partition))
+
+
+def commit_all(topics: OutboxTopics, halves: list[HalfRecord], offsets: list[int]) -> None:
+    """A commit decision for each half (at its offset on partition 0), in one write."""
+    write(
+        topics,
+        *(decision(topics, h, o, COMMIT) for h, o in zip(halves, offsets, strict=True)),
     )
-    write(topics, op.to_record(topics.names))
 
 
 def published(topics: OutboxTopics) -> Counter[str]:
@@ -184,9 +210,8 @@ def test_a_decision_older_than_the_memory_is_judged_from_the_op_history(
     """With room for 2 identities, late decisions for early halves are still judged exactly."""
     t = outbox_topics
     halves = [pending_half(t, f"old-{n}-{uuid.uuid4().hex[:6]}") for n in range(12)]
-    offsets = [write_half(t, h) for h in halves]
-    for half, offset in zip(halves[:10], offsets[:10], strict=True):
-        decide(t, half, offset, COMMIT)
+    offsets = write_halves(t, halves)
+    commit_all(t, halves[:10], offsets[:10])
     with relay_of(t, memory=2) as relay:
         drain(relay)
         decide(t, halves[0], offsets[0], COMMIT)  # long decided: nothing
@@ -205,8 +230,7 @@ def test_an_unpublishable_commit_is_discarded_and_the_partition_moves_on(
     t = outbox_topics
     lost_topic = pending_half(t, "no-such-topic", real_topic=f"{t.names.prefix}-missing")
     after = pending_half(t, "after-it")
-    for half in (lost_topic, after):
-        decide(t, half, write_half(t, half), COMMIT)
+    commit_all(t, [lost_topic, after], write_halves(t, [lost_topic, after]))
     with relay_of(t) as relay:
         drain(relay)
     assert published(t) == Counter({"after-it": 1})
@@ -222,8 +246,7 @@ def test_a_real_record_lands_on_the_partition_a_java_producer_would_choose(
     """Kafka's default partitioner: murmur2 of the key, positive, modulo the partitions."""
     t = outbox_topics
     halves = [pending_half(t, f"key-{n}") for n in range(20)]
-    for half in halves:
-        decide(t, half, write_half(t, half), COMMIT)
+    commit_all(t, halves, write_halves(t, halves))
     with relay_of(t) as relay:
         drain(relay)
     records = t.read(t.real_topic)
@@ -581,9 +604,8 @@ def test_a_relay_joining_again_keeps_its_memory_instead_of_rereading_the_op_part
     caplog.set_level(logging.INFO, logger="outbox_checker.relay")
     t = outbox_topics
     halves = [pending_half(t, f"kept-{n}-{uuid.uuid4().hex[:6]}") for n in range(4)]
-    at = [write_half(t, h) for h in halves]
-    for half, offset in zip(halves[:3], at[:3], strict=True):
-        decide(t, half, offset, COMMIT)
+    at = write_halves(t, halves)
+    commit_all(t, halves[:3], at[:3])
     with relay_of(t) as relay:
         drain(relay)
         before = len(reread(caplog))
