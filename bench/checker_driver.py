@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from outbox_checker.service import Checker
+from outbox_checker.service import Checker, freeze_startup_heap
 from outbox_checker.settings import CheckerSettings
 
 from outbox.config import parse_properties
@@ -77,6 +77,7 @@ def walk_backlog(
     ``target_offset`` (the end of the backlog written before the walk)."""
     result = WalkResult()
     checker = Checker(settings, clock=clock)
+    freeze_startup_heap()  # as ``outbox checker`` does once started
     try:
         began = time.monotonic()
         while not checker.owned_partitions():

@@ -7,7 +7,7 @@ import signal
 
 import typer
 from outbox_checker.http import serve
-from outbox_checker.service import Checker
+from outbox_checker.service import Checker, freeze_startup_heap
 from outbox_checker.settings import CheckerSettings
 
 from outbox_cli.settings_flags import KAFKA_PROPERTY_FLAGS, settings_command
@@ -31,6 +31,7 @@ def run_checker(settings: CheckerSettings) -> None:
         log.info("probes and metrics on http://%s", settings.http_address)
     try:
         checker = Checker(settings)
+        freeze_startup_heap()
         started.append(checker)
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: checker.stop())

@@ -10,6 +10,7 @@ records (:mod:`checker.round_writer`).
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import socket
@@ -540,6 +541,18 @@ class Checker:
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
+
+
+def freeze_startup_heap() -> None:
+    """Put every object alive now out of the garbage collector's sight, for good.
+
+    Called once a checker process has started (imports, settings, clients): those objects
+    live as long as the process, yet every full collection walked them all again, and a
+    walk's round triggers full collections (each chunk's halves outlive the young
+    generations): 0.3 s of a 6.4 s walk of 100 000 halves (bench-checker, 2026-11-24).
+    """
+    gc.collect()
+    gc.freeze()
 
 
 def _database_resolver(settings: CheckerSettings, clock: Callable[[], float]) -> Resolver | None:

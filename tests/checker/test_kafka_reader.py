@@ -65,3 +65,27 @@ def test_a_cursor_wedged_at_the_end_of_its_partition_sees_what_came_after(
         assert cursor.replacements == 1
     finally:
         cursor.close()
+
+
+def test_reads_of_any_limit_continue_where_the_last_one_stopped(outbox_topics: OutboxTopics):
+    """A read takes what arrived at once when it fits its limit and leaves the rest buffered
+    for the next read: no record skipped or repeated, whatever the limits; a read elsewhere
+    starts over there."""
+    t = outbox_topics
+    topic = t.names.op
+    write(t, *(OutgoingRecord(topic, None, b"%d" % i, partition=0) for i in range(40)))
+    cursor = TopicCursor(t.client_config, topic, timeout=6.0)
+    try:
+        seen: list[int] = []
+        start = 0
+        for limit in (1, 3, 2, 500, 10):
+            batch = cursor.read(0, start, limit)
+            assert len(batch) <= limit
+            seen += [r.offset for r in batch]
+            if batch:
+                start = batch[-1].offset + 1
+        assert seen == list(range(40))
+        assert [int(r.value or b"") for r in cursor.read(0, 7, 4)] == [7, 8, 9, 10]
+        assert [r.offset for r in cursor.read(0, 11, 2)] == [11, 12]
+    finally:
+        cursor.close()

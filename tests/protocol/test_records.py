@@ -100,6 +100,40 @@ def test_put_back_adds_one_check_and_keeps_born_time():
     assert half.put_back(5, None).resumed(9).check_times == 0
 
 
+_EVERY_FIELD_SET = {
+    "transaction_id": "tx-9",
+    "producer_group": "g",
+    "real_topic": "events",
+    "key": b"k",
+    "value": b"v",
+    "born_ms": 11,
+    "user_headers": [("trace", b"t")],
+    "real_partition": 2,
+    "check_times": 3,
+    "immunity_seconds": 40,
+    "origin_offset": 5,
+    "origin_stored_ms": 12,
+}
+
+
+@pytest.mark.parametrize("origin", [True, False], ids=["copy of a copy", "copy of the original"])
+def test_put_back_carries_every_other_field(origin: bool):
+    """``put_back`` names each field (dataclasses.replace cost a walk twice as much): one
+    added to HalfRecord must be added there too, or every copy would drop it."""
+    assert {f.name for f in dataclasses.fields(HalfRecord)} == set(_EVERY_FIELD_SET), (
+        "a new HalfRecord field: give it a value here, and carry it in put_back"
+    )
+    half = HalfRecord(**{**_EVERY_FIELD_SET, **({} if origin else _NO_ORIGIN)})
+    changed = {"check_times": 4}
+    if not origin:
+        changed |= {"origin_offset": 70, "origin_stored_ms": 80}
+    assert half.put_back(70, 80) == dataclasses.replace(half, **changed)
+    assert half.requeued(70, 80) == dataclasses.replace(half, **{**changed, "check_times": 3})
+
+
+_NO_ORIGIN = {"origin_offset": None, "origin_stored_ms": None}
+
+
 def test_real_record_restores_the_user_record_plus_transaction_headers():
     half = a_half(real_partition=2)
     out = half.to_real_record()
