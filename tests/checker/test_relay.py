@@ -117,15 +117,10 @@ def decision(
 
 
 def decide(
-    topics: OutboxTopics,
-    half: HalfRecord,
-    offset: int,
-    resolution: Resolution,
-    *,
-    origin: int | None = None,
-    partition: int = 0,
+    topics: OutboxTopics, half: HalfRecord, offset: int, resolution: Resolution, **where: int
 ) -> None:
-    write(topics, decision(topics, half, offset, resolution, origin=origin, partition=partition))
+    """Write the decision on ``half`` (``where``: its ``partition``, ``origin``)."""
+    write(topics, decision(topics, half, offset, resolution, **where))
 
 
 def commit_all(topics: OutboxTopics, halves: list[HalfRecord], offsets: list[int]) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer
@@ -19,6 +20,7 @@ from outbox import (
     LocalTransactionState,
     Message,
     TransactionProducer,
+    TransactionSendResult,
 )
 from outbox.protocol import (
     CheckRequest,
@@ -170,22 +172,30 @@ def test_malformed_check_request_does_not_block_the_next(producer, outbox_topics
     assert len(listener.checked) == 1
 
 
-def test_full_check_executor_loses_no_request(outbox_topics, producer_type):
-    release = threading.Event()
+def held_checks(release: threading.Event) -> ScriptedListener:
+    """A listener whose check answers (rollback) wait for ``release``."""
 
     def slow_check(message: Message) -> LocalTransactionState:
         release.wait(30)
         return LocalTransactionState.ROLLBACK_MESSAGE
 
-    listener = ScriptedListener(slow_check)
+    return ScriptedListener(slow_check)
+
+
+def undecided_sends(producer: Any, topic: str, count: int) -> list[TransactionSendResult]:
+    """``count`` transactions left unknown through ``producer`` (either kind, blocking face)."""
+    return [
+        producer.send_message_in_transaction(Message(topic, f"v{i}".encode()), UNKNOW)
+        for i in range(count)
+    ]
+
+
+def test_full_check_executor_loses_no_request(outbox_topics, producer_type):
+    release = threading.Event()
+    listener = held_checks(release)
     settings = outbox_topics.settings(check_threads=1, check_queue_size=1)
     with producer_type("orders", listener, settings) as producer:
-        sent = [
-            producer.send_message_in_transaction(
-                Message(outbox_topics.real_topic, f"v{i}".encode()), UNKNOW
-            )
-            for i in range(6)
-        ]
+        sent = undecided_sends(producer, outbox_topics.real_topic, 6)
         now = int(time.time() * 1000)
         requests = []
         for raw in outbox_topics.read(outbox_topics.names.half):
@@ -207,21 +217,11 @@ def test_a_partition_given_to_a_full_responder_loses_no_request(outbox_topics):
     request fetched from it in that poll must be sought back to, not skipped."""
     check_topic = outbox_topics.names.check("orders")
     release = threading.Event()
-
-    def slow_check(message: Message) -> LocalTransactionState:
-        release.wait(30)
-        return LocalTransactionState.ROLLBACK_MESSAGE
-
-    listener = ScriptedListener(slow_check)
+    listener = held_checks(release)
     settings = outbox_topics.settings(check_threads=1, check_queue_size=1)
     visitor = Consumer({**outbox_topics.client_config, "group.id": check_topic})
     with TransactionProducer("orders", listener, settings) as producer:
-        sent = [
-            producer.send_message_in_transaction(
-                Message(outbox_topics.real_topic, f"v{i}".encode()), UNKNOW
-            )
-            for i in range(8)
-        ]
+        sent = undecided_sends(producer, outbox_topics.real_topic, 8)
         visitor.subscribe([check_topic])
         deadline = time.monotonic() + 30
         while not visitor.assignment():
