@@ -163,6 +163,7 @@ def test_the_predicted_group_coordinator_is_the_one_that_serves_the_group(
         assert serving == [coordinator.node_id], group
 
 
+@pytest.mark.long_proof  # the suite's chaos run kills both and rolls every node, under load
 def test_transactions_go_on_when_the_leader_and_the_coordinator_are_killed(
     kafka_cluster: LocalKafkaCluster,
 ) -> None:
@@ -195,6 +196,7 @@ def test_transactions_go_on_when_the_leader_and_the_coordinator_are_killed(
     assert b"aborted" in everything
 
 
+@pytest.mark.long_proof  # the suite's chaos run kills both and rolls every node, under load
 def test_a_rolling_restart_replaces_every_node_and_waits_for_the_replicas(
     kafka_cluster: LocalKafkaCluster,
 ) -> None:
