@@ -35,21 +35,27 @@ class _Commits:
         return LocalTransactionState.COMMIT_MESSAGE
 
 
-def test_a_send_to_a_known_topic_waits_on_its_two_writes_and_its_local_transaction():
-    broker = InMemoryBroker({REAL_TOPIC: 2})
+def _second_send(broker: InMemoryBroker) -> tuple[list[Any], TransactionSendResult]:
+    """A send to a topic the producer already knows, driven a step at a time: the steps it
+    yielded, and its result."""
     settings = ProducerSettings(bootstrap_servers="in-memory:0")
     with InMemoryTransactionProducer("orders", _Commits(), settings, broker=broker) as producer:
         producer.send_message_in_transaction(Message(REAL_TOPIC, b"first"))  # learns the topic
         flow = producer._send_flow(Message(REAL_TOPIC, b"second", key=b"k"), None)
-        steps: list[type] = []
+        steps: list[Any] = []
         try:
             step = next(flow)
             while True:
-                steps.append(type(step))
+                steps.append(step)
                 step = flow.send(producer._take(step))
         except StopIteration as finished:
-            result = finished.value
-    assert steps == [Write, LocalTransaction, Write]
+            return steps, finished.value
+
+
+def test_a_send_to_a_known_topic_waits_on_its_two_writes_and_its_local_transaction():
+    broker = InMemoryBroker({REAL_TOPIC: 2})
+    steps, result = _second_send(broker)
+    assert [type(step) for step in steps] == [Write, LocalTransaction, Write]
     assert result.local_transaction_state is LocalTransactionState.COMMIT_MESSAGE
     assert broker.published(REAL_TOPIC)[-1].value == b"second"
 
@@ -144,20 +150,9 @@ def _whole(record: object) -> None:
 
 
 def test_records_built_without_their_init_are_whole():
-    broker = InMemoryBroker({REAL_TOPIC: 2})
-    settings = ProducerSettings(bootstrap_servers="in-memory:0")
-    with InMemoryTransactionProducer("orders", _Commits(), settings, broker=broker) as producer:
-        producer.send_message_in_transaction(Message(REAL_TOPIC, b"first"))  # learns the topic
-        flow = producer._send_flow(Message(REAL_TOPIC, b"second", key=b"k"), None)
-        built: list[object] = []
-        try:
-            step = next(flow)
-            while True:
-                if isinstance(step, Write):
-                    built.append(step.record)
-                step = flow.send(producer._take(step))
-        except StopIteration as finished:
-            built.append(finished.value)
+    steps, result = _second_send(InMemoryBroker({REAL_TOPIC: 2}))
+    built: list[object] = [step.record for step in steps if isinstance(step, Write)]
+    built.append(result)
     half = _half_of(REAL_TOPIC, "outbox")
     op = OpRecord("t-1", "orders", 0, 5, Resolution.COMMIT, 1, origin_offset=5)
     built += [half, half.to_record(TopicNames("outbox"), 0), op.to_record(TopicNames("outbox"))]
