@@ -47,7 +47,8 @@ def reader_config(client_config: dict[str, Any]) -> dict[str, Any]:
 
 
 def watermark_client(client_config: dict[str, Any]) -> Consumer:
-    """A consumer asked only for :func:`watermarks` (and so metadata), never polled.
+    """A consumer asked only for :func:`watermarks` (and so metadata), never polled for
+    records; its owner polls it now and then all the same, to serve its log lines.
 
     A group consumer must not be asked them from inside its own callbacks (the relay
     restores an op partition from ``on_assign``): confluent-kafka keeps one call state per

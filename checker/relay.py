@@ -245,7 +245,8 @@ class Relay:
         self._op_history = TopicCursor(client_config, topics.op, settings.timeout)
         self._watermarks = watermark_client(client_config)
         """Asked for watermarks instead of the group consumer, from whose callbacks they are
-        asked too (:func:`~outbox_checker.kafka_reader.watermark_client`)."""
+        asked too (:func:`~outbox_checker.kafka_reader.watermark_client`). Never polled for
+        records, its log lines wait in its queue: :meth:`_idle` serves them."""
         self._catalog = TopicCatalog(
             AdminClient(client_config), settings.timeout, principal_of(client_config)
         )
@@ -571,6 +572,7 @@ class Relay:
         hands the partitions to the new one, which resumes from the committed
         offsets.
         """
+        self._watermarks.poll(0)  # its queue holds only log lines and errors, served here
         if not self._silence.time_to_ask(now):
             self.last_batch_at = now
             return

@@ -19,6 +19,7 @@ from typing import ClassVar
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from outbox_checker.kafka_reader import watermark_client
 from outbox_checker.relay import BatchReport, Relay, RelaySettings
 from prometheus_client import REGISTRY
 
@@ -33,6 +34,7 @@ from outbox.protocol import (
     Resolution,
     murmur2,
 )
+from outbox_devtools.processes import free_port
 from tests.checker.support import pending_half, wait_for, write
 from tests.producer.conftest import OutboxTopics
 
@@ -768,3 +770,27 @@ def test_the_relays_callbacks_ask_its_group_consumer_nothing_that_can_end_its_ca
     assert published(t) == Counter({half.transaction_id: 1})
     asked = [question for watch in CallbackWatch.made for question in watch.asked_from_callbacks]
     assert asked == []
+
+
+def test_an_idle_relay_serves_its_watermark_clients_log_lines(outbox_topics: OutboxTopics):
+    """The watermark client is asked, never polled for records. Its log lines (a broker
+    gone, say) wait in its queue until it is served: unserved, they would pile up in memory,
+    unseen, for as long as the relay runs."""
+    lines: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    logger = logging.getLogger(f"tests.watermark-client.{uuid.uuid4().hex[:6]}")
+    logger.addHandler(Collect())
+    logger.propagate = False
+    gone = f"127.0.0.1:{free_port('127.0.0.1')}"  # nothing listens: refused at once
+    with relay_of(outbox_topics) as relay:
+        relay._watermarks.close()
+        relay._watermarks = watermark_client({"bootstrap.servers": gone, "logger": logger})
+        deadline = time.monotonic() + 10
+        while not lines and time.monotonic() < deadline:
+            relay.pump(0.2)  # nothing to relay: idle cycles
+        served = list(lines)  # (closing the client would serve its queue anyway)
+    assert any(gone in line for line in served), served
