@@ -72,7 +72,7 @@ def test_a_short_chaos_run_loses_nothing_and_shows_nothing_rolled_back(tmp_path)
     found = re.fullmatch(
         rf"chaos: seed={SEED} transactions=(\d+) committed=(\d+) lost=0 phantom=0 "
         r"duplicates_in_sink=0 raw_duplicates=(\d+) pending=0 orphans_published=0 "
-        r"publication_stall_s=([\d.]+)",
+        r"publication_stall_s=([\d.]+) writable_stall_s=([\d.]+)",
         last,
     )
     assert found, last

@@ -57,7 +57,13 @@ from outbox_devtools.chaos.verdict import (
     read_topic_state,
 )
 from outbox_devtools.chaos.worker import GROUP, ORDERS_TABLE, WorkerConfig
-from outbox_devtools.kafka import LocalKafka, LocalKafkaCluster, ensure_kafka_jars
+from outbox_devtools.chaos.writability import WritabilityMonitor
+from outbox_devtools.kafka import (
+    LocalKafka,
+    LocalKafkaCluster,
+    ensure_kafka_jars,
+    replication_properties,
+)
 from outbox_devtools.postgres import LocalPostgres
 
 log = logging.getLogger(__name__)
@@ -109,6 +115,8 @@ class FaultEvent:
     """Longest pause in publication on the real topic overlapping the fault."""
     possible_stall: float | None = None
     """Longest of the run's publication stalls (while publication was possible) touching it."""
+    writable_stall: float | None = None
+    """The same, counted only while Kafka could also take the relay's writes."""
 
 
 @dataclass
@@ -836,9 +844,10 @@ def _run_phases(
             raise RuntimeError(f"producer {producer.config.worker} did not start; see its log")
     cluster.started = time.monotonic()
     _step(console, f"sending {settings.transactions} transactions under faults")
-    _send_with_faults(cluster, settings, faults, console, sink.check)
-    _step(console, "faults over: waiting for the checker to settle every half")
-    _settle(cluster.kafka.bootstrap_servers, settings, console, sink.check)
+    with _writability_monitor(cluster, settings) as monitor:
+        _send_with_faults(cluster, settings, faults, console, sink.check)
+        _step(console, "faults over: waiting for the checker to settle every half")
+        _settle(cluster.kafka.bootstrap_servers, settings, console, sink.check)
     committed = _committed_in_database(url)
     _step(console, "waiting for the sink to land every committed order")
     rows = sink.wait_for(committed, settings.settle_seconds, console)
@@ -848,17 +857,45 @@ def _run_phases(
             event.stall = longest_gap_seconds(
                 state.real_timestamps_ms, event.began_wall, event.ended_wall
             )
-    stalls = publication_stalls(state, _publication_blocked(cluster))
+    blocked = _publication_blocked(cluster)
+    stalls = publication_stalls(state, blocked)
+    writable_stalls = publication_stalls(state, blocked + monitor.unwritable())
     for event in cluster.events:
         if event.outcome is None:
-            ended = event.ended_wall if event.ended_wall is not None else float("inf")
-            touching = [e - s for s, e in stalls if s <= ended and e >= event.began_wall]
-            event.possible_stall = max(touching, default=0.0)
+            event.possible_stall = _longest_touching(event, stalls)
+            event.writable_stall = _longest_touching(event, writable_stalls)
     verdict = judge(settings.seed, committed, state, rows)
     verdict.publication_stall_s = max((e - s for s, e in stalls), default=0.0)
+    verdict.writable_stall_s = max((e - s for s, e in writable_stalls), default=0.0)
     verdict.orphaned_attempts = state.orphaned_attempts
     verdict.slow_commits = _slow_commits(url)
     return verdict
+
+
+def _writability_monitor(cluster: Cluster, settings: ChaosSettings) -> WritabilityMonitor:
+    """Samples when Kafka could take the relay's transactions (see :mod:`.writability`)."""
+    names = TopicNames(PREFIX)
+
+    def down_nodes() -> frozenset[int]:
+        return frozenset(
+            event.node.node_id
+            for event in list(cluster.events)
+            if event.node is not None and event.ended_wall is None and event.outcome is None
+        )
+
+    return WritabilityMonitor(
+        cluster.kafka.bootstrap_servers,
+        read_topics=(names.op, names.half),
+        written_topics=(REAL_TOPIC,),
+        min_in_sync=int(replication_properties(settings.brokers)["min.insync.replicas"]),
+        down_nodes=down_nodes,
+    )
+
+
+def _longest_touching(event: FaultEvent, stalls: list[Interval]) -> float:
+    """The longest of ``stalls`` that overlaps the fault, from its start to its target's return."""
+    ended = event.ended_wall if event.ended_wall is not None else float("inf")
+    return max((e - s for s, e in stalls if s <= ended and e >= event.began_wall), default=0.0)
 
 
 def _slow_commits(url: str) -> int:
@@ -905,7 +942,15 @@ def _report(
     console: Console, verdict: Verdict, cluster: Cluster, sink: Sink, seconds: float
 ) -> None:
     faults = Table(title="faults injected")
-    columns = ("at", "fault", "target", "back after", "publication stalled", "while possible")
+    columns = (
+        "at",
+        "fault",
+        "target",
+        "back after",
+        "publication stalled",
+        "while possible",
+        "while writable",
+    )
     for column in columns:
         faults.add_column(column, justify="right")
     for event in cluster.events:
@@ -916,6 +961,7 @@ def _report(
             event.outcome or (f"{event.back_after:.1f}s" if event.back_after is not None else "-"),
             f"{event.stall:.1f}s" if event.stall is not None else "-",
             f"{event.possible_stall:.1f}s" if event.possible_stall is not None else "-",
+            f"{event.writable_stall:.1f}s" if event.writable_stall is not None else "-",
         )
     console.print(faults)
     table = Table(title=f"chaos run, seed {verdict.seed} ({seconds:.0f}s)")
@@ -951,4 +997,4 @@ def _report(
         console.print(f"[yellow]sink query failed and was restarted:[/] {failure}")
     for failure in verdict.failures:
         console.print(f"[red]invariant failed:[/] {failure}")
-    console.print(verdict.line(), highlight=False)
+    console.print(verdict.line(), highlight=False, markup=False, soft_wrap=True)

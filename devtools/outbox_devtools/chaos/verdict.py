@@ -231,6 +231,8 @@ class Verdict:
     """Orders whose COMMIT blocked past the grace: how much the check-back race was exercised."""
     publication_stall_s: float | None = None
     """The longest of the :func:`publication_stalls`: a measure, not an invariant."""
+    writable_stall_s: float | None = None
+    """The same, counted only while Kafka could take the relay's writes (leaders, in sync)."""
 
     @property
     def failures(self) -> list[str]:
@@ -258,6 +260,11 @@ class Verdict:
             + (
                 f" publication_stall_s={self.publication_stall_s:.1f}"
                 if self.publication_stall_s is not None
+                else ""
+            )
+            + (
+                f" writable_stall_s={self.writable_stall_s:.1f}"
+                if self.writable_stall_s is not None
                 else ""
             )
         )

@@ -1,0 +1,38 @@
+"""When Kafka itself could take the relay's transactions, from the metadata and the run's faults."""
+
+from __future__ import annotations
+
+from outbox_devtools.chaos.writability import (
+    PartitionState,
+    unwritable_intervals,
+    unwritable_reason,
+)
+
+WRITTEN = frozenset({"real", "__transaction_state"})
+
+
+def test_a_partition_led_by_a_node_the_run_downed_is_not_writable_before_the_controller_notices():
+    partitions = [PartitionState("op", 0, leader=2, in_sync=frozenset({1, 2, 3}))]
+    assert unwritable_reason(partitions, WRITTEN, 2, frozenset()) is None
+    assert unwritable_reason(partitions, WRITTEN, 2, frozenset({2})) == "op[0] has no live leader"
+    orphan = [PartitionState("op", 1, leader=-1, in_sync=frozenset())]
+    assert unwritable_reason(orphan, WRITTEN, 2, frozenset()) == "op[1] has no live leader"
+
+
+def test_a_written_topic_needs_min_in_sync_live_replicas_and_a_read_one_does_not():
+    caught_up = PartitionState("real", 0, leader=1, in_sync=frozenset({1, 3}))
+    behind = PartitionState("real", 0, leader=1, in_sync=frozenset({1}))
+    read_only = PartitionState("op", 0, leader=1, in_sync=frozenset({1}))
+    assert unwritable_reason([caught_up, read_only], WRITTEN, 2, frozenset()) is None
+    assert unwritable_reason([behind], WRITTEN, 2, frozenset()) == "real[0] has 1 of 2 in sync"
+    # a frozen node still listed in sync does not count
+    assert (
+        unwritable_reason([caught_up], WRITTEN, 2, frozenset({3})) == "real[0] has 1 of 2 in sync"
+    )
+
+
+def test_unwritable_stretches_run_from_the_first_bad_sample_to_the_next_good_one():
+    samples = [(1.0, True), (1.25, False), (1.5, False), (1.75, True), (2.0, False)]
+    assert unwritable_intervals(samples) == [(1.25, 1.75), (2.0, 2.0)]
+    assert unwritable_intervals([(1.0, True), (1.25, True)]) == []
+    assert unwritable_intervals([]) == []
