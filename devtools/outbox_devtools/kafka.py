@@ -97,6 +97,12 @@ def _check_libs(libs: Path) -> None:
 # ---------------------------------------------------------------- readiness
 
 
+TEMPLATE_CLUSTER_ID = "b3V0Ym94LWxvY2FsLWthZg"
+"""The cluster id of every plain local node, so its storage can come from a template.
+
+Local clusters never meet, so sharing an id costs nothing; a secure node gets its own."""
+
+
 def new_cluster_id() -> str:
     """A KRaft cluster id: 16 random bytes, url-safe base64 without padding.
 
@@ -346,10 +352,20 @@ class LocalKafka:
         return props
 
     def quorum_properties(self) -> dict[str, str]:
-        """Alone: a dynamic quorum of this node. In a cluster: the static voters."""
-        if self.quorum is None:
-            return {"controller.quorum.bootstrap.servers": f"{self.host}:{self.controller_port}"}
-        return {"controller.quorum.voters": self.quorum.voters_property}
+        """The static controller voters: this node alone, or every node of its cluster.
+
+        Static, not a dynamic quorum (``--standalone``): a dynamic quorum's first
+        voter is written into the formatted storage with its port, so every node
+        would need its own format (a JVM, 1-2 s); static storage is the same for
+        every node of an id and is copied from a template (:meth:`_format_storage`).
+        """
+        voters = self.quorum.voters_property if self.quorum else self.voter
+        return {"controller.quorum.voters": voters}
+
+    @property
+    def voter(self) -> str:
+        """This node as a controller voter: ``id@host:port``."""
+        return f"{self.node_id}@{self.host}:{self.controller_port}"
 
     def _write_config(self) -> Path:
         self.work_dir.mkdir(parents=True, exist_ok=True)
@@ -376,18 +392,42 @@ class LocalKafka:
             *args,
         ]
 
+    @property
+    def cluster_id(self) -> str:
+        return self.quorum.cluster_id if self.quorum else TEMPLATE_CLUSTER_ID
+
     def _format_storage(self, config: Path) -> None:
-        """First start only: KRaft refuses to run on an unformatted log dir."""
+        """First start only: KRaft refuses to run on an unformatted log dir.
+
+        A plain node's formatted storage depends only on its node id and cluster id,
+        so it is formatted once per Kafka version into a template and copied; a
+        secure node's holds its admin's credentials and is formatted each time.
+        """
         if (self.data_dir / "meta.properties").is_file():
             return
-        if self.quorum is None:
-            quorum_args = ["--standalone", f"--cluster-id={new_cluster_id()}"]
-        else:
-            quorum_args = [f"--cluster-id={self.quorum.cluster_id}"]
+        if self.security is not None or self.cluster_id != TEMPLATE_CLUSTER_ID:
+            self._run_storage_format(config, self.data_dir)
+            return
+        template = kafka_home() / "storage-templates" / f"node-{self.node_id}"
+        if not (template / "meta.properties").is_file():
+            staging = template.with_name(f".{template.name}-{os.getpid()}-{secrets.token_hex(4)}")
+            self._run_storage_format(config, staging)
+            with contextlib.suppress(OSError):  # another process made it first
+                staging.rename(template)
+            shutil.rmtree(staging, ignore_errors=True)
+        shutil.copytree(template, self.data_dir, dirs_exist_ok=True)
+
+    def _run_storage_format(self, config: Path, data_dir: Path) -> None:
+        """Kafka's StorageTool on ``config``, writing into ``data_dir``."""
+        if data_dir != self.data_dir:
+            config = config.with_name(f"format-{data_dir.name}.properties")
+            lines = [f"{key}={value}" for key, value in self.server_properties().items()]
+            lines.append(f"log.dirs={data_dir}")
+            config.write_text("\n".join(lines) + "\n")
         argv = self._java_argv(
             "kafka.tools.StorageTool",
             "format",
-            *quorum_args,
+            f"--cluster-id={self.cluster_id}",
             f"--config={config}",
             *(self.security.format_arguments() if self.security is not None else ()),
             heap="256m",
@@ -396,7 +436,7 @@ class LocalKafka:
         if result.returncode != 0:
             output = "\n".join((result.stdout + result.stderr).splitlines()[-40:])
             raise KafkaRuntimeError(
-                f"formatting Kafka storage in {self.data_dir} failed "
+                f"formatting Kafka storage in {data_dir} failed "
                 f"(exit {result.returncode}):\n{output}"
             )
 
@@ -687,7 +727,7 @@ class LocalKafkaCluster:
             flat = _distinct_free_ports(host, 2 * nodes)
             ports = [(flat[2 * i], flat[2 * i + 1]) for i in range(nodes)]
         self.quorum = Quorum(
-            new_cluster_id(),
+            TEMPLATE_CLUSTER_ID,
             tuple((i + 1, host, controller) for i, (_, controller) in enumerate(ports)),
         )
         self.nodes = [

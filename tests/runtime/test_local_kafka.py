@@ -20,6 +20,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from outbox_devtools import processes
 from outbox_devtools.kafka import (
     KAFKA_VERSION,
+    TEMPLATE_CLUSTER_ID,
     KafkaRuntimeError,
     LocalKafka,
     ensure_kafka_jars,
@@ -158,6 +159,19 @@ def test_single_node_settings_are_written(tmp_path: Path) -> None:
     assert props["offsets.topic.replication.factor"] == "1"
     assert props["auto.create.topics.enable"] == "false"
     assert props["log.dirs"].startswith(str(tmp_path))
+
+
+def test_plain_nodes_copy_their_formatted_storage_from_one_template(tmp_path: Path) -> None:
+    """Formatting is a JVM run of its own (1-2 s a node); a plain node copies it instead."""
+    first, second = LocalKafka(tmp_path / "a"), LocalKafka(tmp_path / "b")
+    first.prepare()
+    second.prepare()
+    meta = (first.data_dir / "meta.properties").read_text()
+    assert meta == (second.data_dir / "meta.properties").read_text()
+    assert f"cluster.id={TEMPLATE_CLUSTER_ID}" in meta.splitlines()
+    assert first.server_properties()["controller.quorum.voters"] == (
+        f"1@127.0.0.1:{first.controller_port}"
+    )
 
 
 # --------------------------------------------------------- failing starts

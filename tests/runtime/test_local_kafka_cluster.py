@@ -82,8 +82,9 @@ def test_each_node_knows_every_voter_and_three_copies(tmp_path: Path) -> None:
 
 
 def test_a_single_node_keeps_one_copy_and_its_own_quorum(tmp_path: Path) -> None:
-    props = LocalKafka(tmp_path).server_properties()
-    assert "controller.quorum.voters" not in props
+    node = LocalKafka(tmp_path)
+    props = node.server_properties()
+    assert props["controller.quorum.voters"] == f"1@127.0.0.1:{node.controller_port}"
     assert props["default.replication.factor"] == "1"
     assert props["transaction.state.log.min.isr"] == "1"
 
