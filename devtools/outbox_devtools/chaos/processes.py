@@ -22,7 +22,9 @@ from outbox_devtools.chaos.worker import WorkerConfig
 from outbox_devtools.processes import die_with_parent
 
 CLIENT_TIMEOUTS = {"session.timeout.ms": "6000", "heartbeat.interval.ms": "1000"}
-"""A killed member's partitions move on after 6 s instead of librdkafka's 45 s."""
+"""For the producers' check responders: a killed member's partitions move on after 6 s instead
+of 10. Not for the checker, whose consumers have their own ``--session-timeout-ms`` (6 s) and
+whose producers would log each property as ignored."""
 
 
 class ProducerProcess:

@@ -17,7 +17,6 @@ Phases, each shown as it runs:
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import shutil
@@ -251,7 +250,6 @@ def _checker_env(bootstrap: str, database_url: str | None) -> dict[str, str]:
         "OUTBOX_CHECKER_GROUP": CHECKER_GROUP,
         "OUTBOX_CHECK_INTERVAL_SECONDS": str(CHECK_INTERVAL_SECONDS),
         "OUTBOX_KAFKA_TRANSACTION_TIMEOUT_MS": "10000",
-        "OUTBOX_KAFKA_PROPERTIES": json.dumps(CLIENT_TIMEOUTS),
         "OUTBOX_HTTP_ADDRESS": "",
     }
     if database_url is not None:
