@@ -147,7 +147,24 @@ class RoundWriter:
         now_ms: Callable[[], int],
         answer: Callable[[HalfRecord, int, int], list[OutgoingRecord]] | None = None,
     ) -> ChunkResult:
-        """Write one chunk in one Kafka transaction; raise on failure (nothing visible).
+        """Write one chunk in one Kafka transaction; raise on failure (nothing visible)."""
+        return self.start(chunk, group_metadata, now_ms, answer).result()
+
+    def start(
+        self,
+        chunk: RoundChunk,
+        group_metadata: Any,
+        now_ms: Callable[[], int],
+        answer: Callable[[HalfRecord, int, int], list[OutgoingRecord]] | None = None,
+    ) -> PendingChunk:
+        """Write one chunk in one Kafka transaction, returning once only the commit is left.
+
+        The records are produced, and the copies' offsets awaited, before this
+        returns; the checkpoint's offsets and the commit (two to three round trips
+        to the broker, during which the client holds no Python lock) go on in the
+        background while the caller reads and decides the next chunk. The caller
+        must settle the returned chunk (:meth:`PendingChunk.result`) before it
+        starts another: a transaction is begun only once the previous one is over.
 
         Runs under a watchdog: a call stuck past every timeout (in the client,
         or in ``answer``) is abandoned, and the fresh producer that replaces it
@@ -158,32 +175,32 @@ class RoundWriter:
         with self._producer_lock:
             producer = self._producer
         abandoned = threading.Event()
+        committing = threading.Event()
         outcome: list[ChunkResult | BaseException] = []
 
         def attempt() -> None:
             try:
                 outcome.append(
-                    self._write(producer, abandoned, chunk, group_metadata, now_ms, answer)
+                    self._write(
+                        producer, abandoned, committing, chunk, group_metadata, now_ms, answer
+                    )
                 )
             except BaseException as exc:
                 outcome.append(exc)
+            finally:
+                committing.set()
 
+        deadline = time.monotonic() + self._timeout * 3
         worker = threading.Thread(target=attempt, name="checker-chunk-writer", daemon=True)
         worker.start()
-        worker.join(self._timeout * 3)
-        if not outcome:
-            log.error("writing a chunk is stuck; abandoning it and fencing its producer")
-            abandoned.set()
-            self.renew()
-            raise KafkaUnavailableError("writing a chunk got stuck; it was abandoned and fenced")
-        if isinstance(outcome[0], BaseException):
-            raise outcome[0]
-        return outcome[0]
+        committing.wait(self._timeout * 3)
+        return PendingChunk(self, worker, outcome, abandoned, deadline)
 
     def _write(
         self,
         producer: Producer,
         abandoned: threading.Event,
+        committing: threading.Event,
         chunk: RoundChunk,
         group_metadata: Any,
         now_ms: Callable[[], int],
@@ -193,7 +210,8 @@ class RoundWriter:
 
         ``answer``, when given, resolves a due half itself (the checker's
         resolve-from-database mode) and returns the records that end it, or
-        an empty list to fall back to asking the producers.
+        an empty list to fall back to asking the producers. ``committing`` is
+        set once every record is produced: only the broker's part is left.
         """
         result = ChunkResult()
         to_check, to_requeue, to_discard = self._screen(chunk)
@@ -262,6 +280,7 @@ class RoundWriter:
                 chunk.half_checkpoint,
                 metadata=encode_checkpoint(chunk.op_checkpoint),
             )
+            committing.set()
             producer.send_offsets_to_transaction([checkpoint], group_metadata, self._timeout)
             producer.commit_transaction(self._timeout)
             return result
@@ -334,6 +353,39 @@ class RoundWriter:
             except KafkaException as exc:
                 log.error("could not abort the checker's transaction: %s", exc)
                 self.renew()
+
+
+class PendingChunk:
+    """A chunk whose records are produced and whose commit may still be under way."""
+
+    def __init__(
+        self,
+        writer: RoundWriter,
+        worker: threading.Thread,
+        outcome: list[ChunkResult | BaseException],
+        abandoned: threading.Event,
+        deadline: float,
+    ) -> None:
+        self._writer = writer
+        self._worker = worker
+        self._outcome = outcome
+        self._abandoned = abandoned
+        self._deadline = deadline
+
+    def result(self) -> ChunkResult:
+        """Wait for the commit; the chunk's counts, or its failure (then nothing is visible).
+
+        Past the watchdog's deadline the chunk is abandoned and its producer fenced.
+        """
+        self._worker.join(max(0.0, self._deadline - time.monotonic()))
+        if not self._outcome:
+            log.error("writing a chunk is stuck; abandoning it and fencing its producer")
+            self._abandoned.set()
+            self._writer.renew()
+            raise KafkaUnavailableError("writing a chunk got stuck; it was abandoned and fenced")
+        if isinstance(self._outcome[0], BaseException):
+            raise self._outcome[0]
+        return self._outcome[0]
 
 
 def _remember_offset(into: list[int]) -> Callable[[KafkaError | None, Any], None]:
