@@ -330,7 +330,7 @@ class Checker:
         """One pass over every owned half partition."""
         started = time.monotonic()
         report = RoundReport()
-        self._writer.renew()
+        self._writer.renew_for_round()
         for partition in self.owned_partitions():
             if self._stopping.is_set() and report.partitions:
                 break

@@ -72,6 +72,7 @@ def test_the_next_chunk_is_decided_while_the_broker_commits_the_previous_one(
     with running_checker(outbox_topics, SkewedClock(60)) as checker:
         checker._rules = dataclasses.replace(checker._rules, chunk_size=2)
         checker._writer._producer_factory = HeldCommits
+        checker._writer.renew()
         report = checker.run_round()
     assert seen_at_first_commit == [True]
     assert report.checks_sent == 5
@@ -103,3 +104,24 @@ def test_a_round_failing_while_a_chunk_commits_remembers_that_chunk(
     requests = check_requests(outbox_topics)
     first_asked = Counter(r.half.transaction_id for r in requests if r.half.check_times == 1)
     assert first_asked == {f"t{i}": 1 for i in range(4)}
+
+
+def test_a_checkers_first_round_writes_with_the_producer_it_started_with(
+    outbox_topics: OutboxTopics,
+):
+    """Its producer was started (and fenced any earlier one) moments before: starting
+    another costs up to half a second of librdkafka's coordinator back-off. A round
+    after a round that wrote starts a fresh one, as before (see ``RoundWriter.renew``)."""
+    halves_on_partition_zero(outbox_topics, 2)
+    started: list[Producer] = []
+
+    def counted(config: dict[str, Any]) -> Producer:
+        started.append(Producer(config))
+        return started[-1]
+
+    with running_checker(outbox_topics, SkewedClock(60)) as checker:
+        checker._writer._producer_factory = counted
+        assert checker.run_round().checks_sent == 2
+        assert started == []
+        checker.run_round()
+        assert len(started) == 1
