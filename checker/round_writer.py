@@ -277,8 +277,17 @@ class RoundWriter:
                 result.discards[discard.reason.value] = (
                     result.discards.get(discard.reason.value, 0) + 1
                 )
+            result.put_backs = len(copies) + len(to_requeue)
+            checkpoint = TopicPartition(
+                self._topics.half,
+                chunk.partition,
+                chunk.half_checkpoint,
+                metadata=encode_checkpoint(chunk.op_checkpoint),
+            )
+            # The offsets first: their round trips to the coordinators overlap the copies'
+            # acknowledgements, which the check requests wait for (they name the copies).
+            producer.send_offsets_to_transaction([checkpoint], group_metadata, self._timeout)
             if copies:
-                # The check requests name the copies' offsets, known once they are acknowledged.
                 if producer.flush(self._timeout) > 0:
                     raise KafkaException(
                         KafkaError(KafkaError._TIMED_OUT, "put-back copies not acknowledged")
@@ -298,15 +307,7 @@ class RoundWriter:
                     for record in records:
                         producer.produce(**record.produce_kwargs())
                     result.checks_sent += 0 if ended else 1
-            result.put_backs = len(copies) + len(to_requeue)
-            checkpoint = TopicPartition(
-                self._topics.half,
-                chunk.partition,
-                chunk.half_checkpoint,
-                metadata=encode_checkpoint(chunk.op_checkpoint),
-            )
             committing.set()
-            producer.send_offsets_to_transaction([checkpoint], group_metadata, self._timeout)
             producer.commit_transaction(self._timeout)
             return result
         except KafkaException as exc:
