@@ -7,9 +7,10 @@ in its metadata) become visible together or not at all. A crash mid-chunk
 therefore neither duplicates a copy nor skips a half, and a replica that lost
 its partition in a rebalance is fenced by the group metadata (KIP-447).
 
-The commit (the checkpoint's offsets and ``commit_transaction``, round trips
-to the broker) is left to the chunk's thread while the round reads and decides
-the next chunk; the round settles it before writing another (:class:`PendingChunk`).
+The commit (``commit_transaction``: the check requests' acknowledgements, then
+the broker ending the transaction) is left to the chunk's thread while the round
+reads and decides the next chunk; the round settles it before writing another
+(:class:`PendingChunk`).
 """
 
 from __future__ import annotations
@@ -183,10 +184,11 @@ class RoundWriter:
     ) -> PendingChunk:
         """Write one chunk in one Kafka transaction, returning once only the commit is left.
 
-        The records are produced, and the copies' offsets awaited, before this
-        returns; the checkpoint's offsets and the commit (two to three round trips
-        to the broker, during which the client holds no Python lock) go on in the
-        background while the caller reads and decides the next chunk. The caller
+        The records are produced, the checkpoint's offsets sent and the copies'
+        offsets awaited before this returns; the commit (the check requests'
+        acknowledgements and the broker ending the transaction, during which the
+        client holds no Python lock) goes on in the background while the caller
+        reads and decides the next chunk. The caller
         must settle the returned chunk (:meth:`PendingChunk.result`) before it
         starts another: a transaction is begun only once the previous one is over.
 
