@@ -6,6 +6,11 @@ requests naming those copies, the discard records, and the new half checkpoint
 in its metadata) become visible together or not at all. A crash mid-chunk
 therefore neither duplicates a copy nor skips a half, and a replica that lost
 its partition in a rebalance is fenced by the group metadata (KIP-447).
+
+The commit (``commit_transaction``: the check requests' acknowledgements, then
+the broker ending the transaction) is left to the chunk's thread while the round
+reads and decides the next chunk; the round settles it before writing another
+(:class:`PendingChunk`).
 """
 
 from __future__ import annotations
@@ -37,6 +42,10 @@ log = logging.getLogger(__name__)
 
 _ATTEMPT_SECONDS = 5.0
 """One attempt to start the transactional producer: between attempts, a stop is heard."""
+
+_FRESH_SECONDS = 10.0
+"""A producer started this recently, and unused since, serves a round as it is
+(:meth:`RoundWriter.renew_for_round`)."""
 
 _OP_KEY = "op="
 
@@ -98,6 +107,8 @@ class RoundWriter:
         self._limits = SizeLimits(catalog, self._config)
         self._producer_lock = threading.RLock()
         """Held while the current producer is replaced or recovered, and to ask which it is."""
+        self._fresh_until = 0.0
+        """Until when the current producer, started and not used since, needs no renewal."""
         self._producer = self._new_producer()
 
     def _new_producer(self) -> Producer:
@@ -113,6 +124,7 @@ class RoundWriter:
             producer = self._producer_factory(self._config)
             try:
                 producer.init_transactions(min(self._timeout, _ATTEMPT_SECONDS))
+                self._fresh_until = time.monotonic() + _FRESH_SECONDS
                 return producer
             except KafkaException as exc:
                 error: KafkaError = exc.args[0]
@@ -137,6 +149,19 @@ class RoundWriter:
         with self._producer_lock:
             self._producer = self._new_producer()
 
+    def renew_for_round(self) -> None:
+        """:meth:`renew`, unless the producer was started moments ago and has written nothing.
+
+        A checker's first round follows its start by a group join: the producer it
+        started then (which fenced any earlier one of its id) is as fresh as a new
+        one, and starting another costs up to half a second (librdkafka looks for
+        the transaction coordinator again, after a back-off when no connection is up
+        yet), a tenth of a 100 000-half walk.
+        """
+        with self._producer_lock:
+            if time.monotonic() >= self._fresh_until:
+                self._producer = self._new_producer()
+
     def close(self) -> None:
         self._producer.flush(self._timeout)
 
@@ -147,7 +172,25 @@ class RoundWriter:
         now_ms: Callable[[], int],
         answer: Callable[[HalfRecord, int, int], list[OutgoingRecord]] | None = None,
     ) -> ChunkResult:
-        """Write one chunk in one Kafka transaction; raise on failure (nothing visible).
+        """Write one chunk in one Kafka transaction; raise on failure (nothing visible)."""
+        return self.start(chunk, group_metadata, now_ms, answer).result()
+
+    def start(
+        self,
+        chunk: RoundChunk,
+        group_metadata: Any,
+        now_ms: Callable[[], int],
+        answer: Callable[[HalfRecord, int, int], list[OutgoingRecord]] | None = None,
+    ) -> PendingChunk:
+        """Write one chunk in one Kafka transaction, returning once only the commit is left.
+
+        The records are produced, the checkpoint's offsets sent and the copies'
+        offsets awaited before this returns; the commit (the check requests'
+        acknowledgements and the broker ending the transaction, during which the
+        client holds no Python lock) goes on in the background while the caller
+        reads and decides the next chunk. The caller
+        must settle the returned chunk (:meth:`PendingChunk.result`) before it
+        starts another: a transaction is begun only once the previous one is over.
 
         Runs under a watchdog: a call stuck past every timeout (in the client,
         or in ``answer``) is abandoned, and the fresh producer that replaces it
@@ -157,33 +200,34 @@ class RoundWriter:
         """
         with self._producer_lock:
             producer = self._producer
+            self._fresh_until = 0.0
         abandoned = threading.Event()
+        committing = threading.Event()
         outcome: list[ChunkResult | BaseException] = []
 
         def attempt() -> None:
             try:
                 outcome.append(
-                    self._write(producer, abandoned, chunk, group_metadata, now_ms, answer)
+                    self._write(
+                        producer, abandoned, committing, chunk, group_metadata, now_ms, answer
+                    )
                 )
             except BaseException as exc:
                 outcome.append(exc)
+            finally:
+                committing.set()
 
+        deadline = time.monotonic() + self._timeout * 3
         worker = threading.Thread(target=attempt, name="checker-chunk-writer", daemon=True)
         worker.start()
-        worker.join(self._timeout * 3)
-        if not outcome:
-            log.error("writing a chunk is stuck; abandoning it and fencing its producer")
-            abandoned.set()
-            self.renew()
-            raise KafkaUnavailableError("writing a chunk got stuck; it was abandoned and fenced")
-        if isinstance(outcome[0], BaseException):
-            raise outcome[0]
-        return outcome[0]
+        committing.wait(self._timeout * 3)
+        return PendingChunk(self, worker, outcome, abandoned, deadline)
 
     def _write(
         self,
         producer: Producer,
         abandoned: threading.Event,
+        committing: threading.Event,
         chunk: RoundChunk,
         group_metadata: Any,
         now_ms: Callable[[], int],
@@ -193,7 +237,8 @@ class RoundWriter:
 
         ``answer``, when given, resolves a due half itself (the checker's
         resolve-from-database mode) and returns the records that end it, or
-        an empty list to fall back to asking the producers.
+        an empty list to fall back to asking the producers. ``committing`` is
+        set once every record is produced: only the broker's part is left.
         """
         result = ChunkResult()
         to_check, to_requeue, to_discard = self._screen(chunk)
@@ -234,8 +279,17 @@ class RoundWriter:
                 result.discards[discard.reason.value] = (
                     result.discards.get(discard.reason.value, 0) + 1
                 )
+            result.put_backs = len(copies) + len(to_requeue)
+            checkpoint = TopicPartition(
+                self._topics.half,
+                chunk.partition,
+                chunk.half_checkpoint,
+                metadata=encode_checkpoint(chunk.op_checkpoint),
+            )
+            # The offsets first: their round trips to the coordinators overlap the copies'
+            # acknowledgements, which the check requests wait for (they name the copies).
+            producer.send_offsets_to_transaction([checkpoint], group_metadata, self._timeout)
             if copies:
-                # The check requests name the copies' offsets, known once they are acknowledged.
                 if producer.flush(self._timeout) > 0:
                     raise KafkaException(
                         KafkaError(KafkaError._TIMED_OUT, "put-back copies not acknowledged")
@@ -255,14 +309,7 @@ class RoundWriter:
                     for record in records:
                         producer.produce(**record.produce_kwargs())
                     result.checks_sent += 0 if ended else 1
-            result.put_backs = len(copies) + len(to_requeue)
-            checkpoint = TopicPartition(
-                self._topics.half,
-                chunk.partition,
-                chunk.half_checkpoint,
-                metadata=encode_checkpoint(chunk.op_checkpoint),
-            )
-            producer.send_offsets_to_transaction([checkpoint], group_metadata, self._timeout)
+            committing.set()
             producer.commit_transaction(self._timeout)
             return result
         except KafkaException as exc:
@@ -334,6 +381,39 @@ class RoundWriter:
             except KafkaException as exc:
                 log.error("could not abort the checker's transaction: %s", exc)
                 self.renew()
+
+
+class PendingChunk:
+    """A chunk whose records are produced and whose commit may still be under way."""
+
+    def __init__(
+        self,
+        writer: RoundWriter,
+        worker: threading.Thread,
+        outcome: list[ChunkResult | BaseException],
+        abandoned: threading.Event,
+        deadline: float,
+    ) -> None:
+        self._writer = writer
+        self._worker = worker
+        self._outcome = outcome
+        self._abandoned = abandoned
+        self._deadline = deadline
+
+    def result(self) -> ChunkResult:
+        """Wait for the commit; the chunk's counts, or its failure (then nothing is visible).
+
+        Past the watchdog's deadline the chunk is abandoned and its producer fenced.
+        """
+        self._worker.join(max(0.0, self._deadline - time.monotonic()))
+        if not self._outcome:
+            log.error("writing a chunk is stuck; abandoning it and fencing its producer")
+            self._abandoned.set()
+            self._writer.renew()
+            raise KafkaUnavailableError("writing a chunk got stuck; it was abandoned and fenced")
+        if isinstance(self._outcome[0], BaseException):
+            raise self._outcome[0]
+        return self._outcome[0]
 
 
 def _remember_offset(into: list[int]) -> Callable[[KafkaError | None, Any], None]:

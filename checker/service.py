@@ -31,8 +31,13 @@ from outbox_checker.membership import (
     is_instance_fenced,
 )
 from outbox_checker.relay import Relay, RelaySettings, relay_group, relay_transactional_id
-from outbox_checker.round_writer import FencedError, RoundWriter, decode_checkpoint
-from outbox_checker.rules import RoundRules, iter_round
+from outbox_checker.round_writer import (
+    FencedError,
+    PendingChunk,
+    RoundWriter,
+    decode_checkpoint,
+)
+from outbox_checker.rules import RoundChunk, RoundRules, iter_round
 from outbox_checker.settings import CheckerSettings
 from outbox_checker.silence import close_in_background
 from tenacity import Retrying, retry_if_exception_type, wait_exponential
@@ -325,7 +330,7 @@ class Checker:
         """One pass over every owned half partition."""
         started = time.monotonic()
         report = RoundReport()
-        self._writer.renew()
+        self._writer.renew_for_round()
         for partition in self.owned_partitions():
             if self._stopping.is_set() and report.partitions:
                 break
@@ -355,49 +360,42 @@ class Checker:
             now_ms=self._now_ms,
             half_end=half_end,
         )
-        for chunk in chunks:
-            if partition not in self.owned_partitions():
-                log.info("partition %d revoked mid-round; leaving it to its new owner", partition)
-                break
-            self._ensure_check_topics({e.half.producer_group for e in chunk.to_check if e.half})
-            if chunk.decisions or (chunk.half_checkpoint, chunk.op_checkpoint) != (
-                checkpoint.half,
-                checkpoint.op,
-            ):
-                try:
-                    written = self._writer.write(
-                        chunk,
-                        self._group_metadata(),
-                        self._now_ms,
-                        self._resolver,
+        # A chunk is written while the next one is read and decided: its commit (the
+        # broker's part) is settled before the next chunk is written, and before the
+        # round ends however it ends, so the checkpoint remembered is the one committed.
+        pending: tuple[RoundChunk, PendingChunk] | None = None
+        try:
+            for chunk in chunks:
+                if pending is not None:
+                    settled, pending = self._settle(partition, report, *pending), None
+                    if settled is None:
+                        break
+                    checkpoint = settled
+                if partition not in self.owned_partitions():
+                    log.info(
+                        "partition %d revoked mid-round; leaving it to its new owner", partition
                     )
-                except FencedError as exc:
-                    # Ownership changes only through the rebalance callbacks: the
-                    # assignor may well keep this partition here. Forget the cached
-                    # checkpoint (the next round reloads what Kafka committed) and
-                    # serve the group so a pending rebalance completes.
-                    log.warning("fenced on partition %d, retrying next round: %s", partition, exc)
-                    with self._assignment_lock:
-                        if partition in self._owned:
-                            self._owned[partition] = None
-                    self.poll_membership()
                     break
-                report.checks_sent += written.checks_sent
-                report.put_backs += written.put_backs
-                report.discards += sum(written.discards.values())
-                metrics.CHECKS_SENT.inc(written.checks_sent)
-                metrics.PUT_BACKS.inc(written.put_backs)
-                for reason, count in written.discards.items():
-                    metrics.DISCARDS.labels(reason).inc(count)
-                checkpoint = Checkpoint(chunk.half_checkpoint, chunk.op_checkpoint)
-                with self._assignment_lock:
-                    if partition in self._owned:
-                        self._owned[partition] = checkpoint
-            report.skipped_ended += chunk.skipped_ended
-            if chunk.stop_reason is not None:
-                report.stop_reason = chunk.stop_reason.value
-                metrics.record_pending(partition, chunk)
-            self.poll_membership()
+                self._ensure_check_topics({e.half.producer_group for e in chunk.to_check if e.half})
+                if chunk.decisions or (chunk.half_checkpoint, chunk.op_checkpoint) != (
+                    checkpoint.half,
+                    checkpoint.op,
+                ):
+                    written = self._writer.start(
+                        chunk, self._group_metadata(), self._now_ms, self._resolver
+                    )
+                    pending = chunk, written
+                else:
+                    self._count_chunk(partition, report, chunk)
+            if pending is not None:
+                settled, pending = self._settle(partition, report, *pending), None
+                checkpoint = settled or checkpoint
+        finally:
+            if pending is not None:  # reading the next chunk failed while this one committed
+                try:
+                    self._settle(partition, report, *pending)
+                except Exception as exc:  # the reading's failure is the one raised
+                    log.info("the chunk written when the round failed failed too: %s", exc)
         report.half_checkpoint, report.op_checkpoint = checkpoint.half, checkpoint.op
         if half_end is not None:
             metrics.CHECKPOINT_LAG.labels(str(partition)).set(max(0, half_end - checkpoint.half))
@@ -413,6 +411,49 @@ class Checker:
             report.stop_reason,
         )
         return report
+
+    def _settle(
+        self, partition: int, report: PartitionReport, chunk: RoundChunk, pending: PendingChunk
+    ) -> Checkpoint | None:
+        """Wait for a written chunk's commit and count it: its checkpoint, or None if fenced.
+
+        A failure other than a fence (Kafka unavailable, a stuck chunk) is raised:
+        the round is interrupted and retried from the committed checkpoint.
+        """
+        try:
+            written = pending.result()
+        except FencedError as exc:
+            # Ownership changes only through the rebalance callbacks: the
+            # assignor may well keep this partition here. Forget the cached
+            # checkpoint (the next round reloads what Kafka committed) and
+            # serve the group so a pending rebalance completes.
+            log.warning("fenced on partition %d, retrying next round: %s", partition, exc)
+            with self._assignment_lock:
+                if partition in self._owned:
+                    self._owned[partition] = None
+            self.poll_membership()
+            return None
+        report.checks_sent += written.checks_sent
+        report.put_backs += written.put_backs
+        report.discards += sum(written.discards.values())
+        metrics.CHECKS_SENT.inc(written.checks_sent)
+        metrics.PUT_BACKS.inc(written.put_backs)
+        for reason, count in written.discards.items():
+            metrics.DISCARDS.labels(reason).inc(count)
+        checkpoint = Checkpoint(chunk.half_checkpoint, chunk.op_checkpoint)
+        with self._assignment_lock:
+            if partition in self._owned:
+                self._owned[partition] = checkpoint
+        self._count_chunk(partition, report, chunk)
+        return checkpoint
+
+    def _count_chunk(self, partition: int, report: PartitionReport, chunk: RoundChunk) -> None:
+        """What a chunk settled (written, or with nothing to write) adds to the report."""
+        report.skipped_ended += chunk.skipped_ended
+        if chunk.stop_reason is not None:
+            report.stop_reason = chunk.stop_reason.value
+            metrics.record_pending(partition, chunk)
+        self.poll_membership()
 
     def _group_metadata(self) -> object:
         """The group generation this replica knows; a chunk committed with a stale one is fenced."""

@@ -1,0 +1,129 @@
+"""A round decides its next chunk while the broker commits the previous one, against a real broker.
+
+Each chunk is still one Kafka transaction (its put-backs, check requests and
+checkpoint visible together or not at all), and a chunk is begun only once the
+previous one is committed; only the reading and deciding of the next chunk
+overlaps the broker's commit. A round that fails while a commit is under way
+still settles that chunk first: what Kafka committed is what the replica
+remembers, so the next round neither puts a half back twice nor skips one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from outbox_checker import service
+from outbox_checker.rules import RoundChunk
+
+from outbox.errors import KafkaUnavailableError
+from tests.checker.support import (
+    SkewedClock,
+    check_requests,
+    ensure_check_topic,
+    pending_half,
+    running_checker,
+    write,
+)
+from tests.producer.conftest import OutboxTopics
+
+pytestmark = pytest.mark.kafka
+
+_PATIENCE = 5.0
+"""How long a held commit waits to see the next chunk decided (it never is on serial code)."""
+
+
+def halves_on_partition_zero(topics: OutboxTopics, count: int) -> None:
+    ensure_check_topic(topics)
+    write(
+        topics,
+        *(pending_half(topics, f"t{i}").to_record(topics.names, 0) for i in range(count)),
+    )
+
+
+def test_the_next_chunk_is_decided_while_the_broker_commits_the_previous_one(
+    outbox_topics: OutboxTopics, monkeypatch: pytest.MonkeyPatch
+):
+    halves_on_partition_zero(outbox_topics, 5)
+    second_decided = threading.Event()
+    seen_at_first_commit: list[bool] = []
+    decide = service.iter_round
+
+    def watched(*args: Any, **kwargs: Any) -> Iterator[RoundChunk]:
+        for index, chunk in enumerate(decide(*args, **kwargs)):
+            if index == 1:
+                second_decided.set()
+            yield chunk
+
+    class HeldCommits(Producer):
+        """The real producer; its first commit waits until the round decided another chunk."""
+
+        def commit_transaction(self, *args: Any) -> None:
+            if not seen_at_first_commit:
+                seen_at_first_commit.append(second_decided.wait(_PATIENCE))
+            super().commit_transaction(*args)
+
+    monkeypatch.setattr(service, "iter_round", watched)
+    with running_checker(outbox_topics, SkewedClock(60)) as checker:
+        checker._rules = dataclasses.replace(checker._rules, chunk_size=2)
+        checker._writer._producer_factory = HeldCommits
+        checker._writer.renew()
+        report = checker.run_round()
+    assert seen_at_first_commit == [True]
+    assert report.checks_sent == 5
+    requests = check_requests(outbox_topics)
+    assert sorted(r.half.transaction_id for r in requests) == [f"t{i}" for i in range(5)]
+
+
+def test_a_round_failing_while_a_chunk_commits_remembers_that_chunk(
+    outbox_topics: OutboxTopics, monkeypatch: pytest.MonkeyPatch
+):
+    halves_on_partition_zero(outbox_topics, 4)
+    decide = service.iter_round
+
+    def failing_after_one_chunk(*args: Any, **kwargs: Any) -> Iterator[RoundChunk]:
+        chunks = decide(*args, **kwargs)
+        yield next(chunks)
+        raise KafkaUnavailableError("the half partition went away mid-round")
+
+    with running_checker(outbox_topics, SkewedClock(60)) as checker:
+        checker._rules = dataclasses.replace(checker._rules, chunk_size=2)
+        monkeypatch.setattr(service, "iter_round", failing_after_one_chunk)
+        with pytest.raises(KafkaUnavailableError, match="went away"):
+            checker.run_round()
+        monkeypatch.setattr(service, "iter_round", decide)
+        # The two halves the first chunk left, and its two copies (due at once: a copy ages
+        # from its original's store time) asked a second time; had the replica forgotten the
+        # first chunk, it would walk its two halves again (six checks).
+        assert checker.run_round().checks_sent == 4
+    requests = check_requests(outbox_topics)
+    first_asked = Counter(r.half.transaction_id for r in requests if r.half.check_times == 1)
+    assert first_asked == {f"t{i}": 1 for i in range(4)}
+
+
+def test_a_checkers_first_round_writes_with_the_producer_it_started_with(
+    outbox_topics: OutboxTopics,
+):
+    """Its producer was started (and fenced any earlier one) moments before: starting
+    another costs up to half a second of librdkafka's coordinator back-off. A round
+    after a round that wrote starts a fresh one, as before (see ``RoundWriter.renew``)."""
+    halves_on_partition_zero(outbox_topics, 2)
+    started: list[Producer] = []
+
+    def counted(config: dict[str, Any]) -> Producer:
+        started.append(Producer(config))
+        return started[-1]
+
+    with running_checker(outbox_topics, SkewedClock(60)) as checker:
+        checker._writer._producer_factory = counted
+        checker._writer.renew()  # as the checker's start does (its group join may be slow here)
+        assert len(started) == 1
+        assert checker.run_round().checks_sent == 2
+        assert len(started) == 1
+        checker.run_round()
+        assert len(started) == 2
