@@ -105,8 +105,8 @@ LOCAL_CHECKPOINT_FILE_MANAGER = (
 
 Without Hadoop's native library (pyspark ships none), ``FileContext``'s rename on
 the local file system runs ``readlink`` twice per file: each log entry and each
-state partition's changelog, every batch, about 100 processes forked per batch at
-8 state partitions (profiled with the JVM's flight recorder). ``FileSystem``
+state partition's changelog: some 70 processes forked per batch at 8 state
+partitions (profiled with the JVM's flight recorder). ``FileSystem``
 renames with one ``rename(2)``; the file appears whole or not at all, and an
 existing entry is still refused (the check before the rename, as ``FileContext``
 does on the local file system). Used only when checkpoint and output are local;
