@@ -523,6 +523,7 @@ def measure_delay(
         time.sleep(0.2)
         watcher.stop.set()
         watcher.join(5)
+        phases = batch_phases(run.query.recentProgress, batches_before)
         summary = run.stop()
     if not landed:
         console.print(f"[red]not every event landed:[/] {summary}", highlight=False)
@@ -557,7 +558,27 @@ def measure_delay(
         table_distinct_ids=len(set(ids)),
         send_errors=len(errors),
         cpu=cpu,
+        phases_p50_ms=phases,
     )
+
+
+def batch_phases(progress: Sequence[Any], after_batch: int) -> dict[str, float]:
+    """Median ms of each ``durationMs`` phase over the batches with data past ``after_batch``.
+
+    ``triggerExecution`` is the whole batch; ``addBatch`` the job that reads,
+    de-duplicates and writes; the rest is the driver's fixed cost per batch
+    (offsets, planning, the offsets and commits logs).
+    """
+    from spark_sink.progress import progress_dict
+
+    phases: dict[str, list[float]] = {}
+    for raw in progress:
+        data = progress_dict(raw)
+        if int(data.get("batchId", -1)) < after_batch or not data.get("numInputRows"):
+            continue
+        for name, ms in (data.get("durationMs") or {}).items():
+            phases.setdefault(name, []).append(float(ms) / 1000)
+    return {name: percentile_ms(values, 50, digits=0) or 0.0 for name, values in phases.items()}
 
 
 class _CommitAtOnce:

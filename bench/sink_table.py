@@ -102,6 +102,8 @@ class Delay:
     table_distinct_ids: int
     send_errors: int = 0
     cpu: dict[str, float | None] = field(default_factory=dict)
+    phases_p50_ms: dict[str, float] = field(default_factory=dict)
+    """Median of each phase of Spark's ``durationMs`` over the measured batches: the profile."""
 
     @property
     def expected_rows(self) -> int:
@@ -153,6 +155,11 @@ def results_table(throughput: Throughput, delay: Delay, options: Options) -> Tab
         f"table {delay.table_rows:,} rows ({'exactly once' if ok_live else 'MISMATCH'})",
     )
     table.add_row("  cpu % of a core", "", _cpu(delay.cpu))
+    table.add_row(
+        "  batch phases p50 ms",
+        "",
+        " ".join(f"{name} {value:.0f}" for name, value in delay.phases_p50_ms.items()),
+    )
     table.add_row(
         "ratio to plain Spark",
         f"{throughput.ratio:.2f}",

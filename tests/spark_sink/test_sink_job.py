@@ -8,7 +8,14 @@ from pyspark.sql import SparkSession
 
 from outbox import LocalTransactionState
 from spark_sink import BatchProgress, run_sink, start_sink
-from spark_sink.job import CONCURRENT_WRITERS, PARTITION_WRITERS, configure_session
+from spark_sink.job import (
+    CHECKPOINT_FILE_MANAGER,
+    CONCURRENT_WRITERS,
+    LOCAL_CHECKPOINT_FILE_MANAGER,
+    PARTITION_WRITERS,
+    configure_session,
+    source_options,
+)
 from tests.spark_sink.conftest import SinkTopics, read_table, sink_settings
 
 COMMIT = LocalTransactionState.COMMIT_MESSAGE
@@ -126,3 +133,45 @@ def test_partitioned_writes_keep_a_writer_per_partition_instead_of_sorting(
     configure_session(spark, overridden)
     assert spark.conf.get(CONCURRENT_WRITERS) == "0"
     configure_session(spark, sink_settings(sink_topics, tmp_path))
+
+
+def test_local_checkpoints_are_written_through_the_file_system_api(
+    spark: SparkSession, sink_topics: SinkTopics, tmp_path: Path
+) -> None:
+    """Hadoop's FileContext renames each checkpoint file with two forked ``readlink``
+    processes (pyspark has no native Hadoop library): about 70 per batch. Local
+    checkpoints use the FileSystem API; others keep Spark's choice, and --conf wins."""
+    remote = sink_settings(
+        sink_topics, tmp_path, checkpoint="hdfs://nn:8020/c", output="hdfs://nn:8020/t"
+    )
+    configure_session(spark, remote)
+    assert spark.conf.get(CHECKPOINT_FILE_MANAGER, "") == ""
+
+    configure_session(spark, sink_settings(sink_topics, tmp_path))
+    assert spark.conf.get(CHECKPOINT_FILE_MANAGER, "") == LOCAL_CHECKPOINT_FILE_MANAGER
+    configure_session(spark, remote)
+    assert spark.conf.get(CHECKPOINT_FILE_MANAGER, "") == ""
+    configure_session(
+        spark, sink_settings(sink_topics, tmp_path, spark_conf={CHECKPOINT_FILE_MANAGER: "x.Y"})
+    )
+    assert spark.conf.get(CHECKPOINT_FILE_MANAGER) == "x.Y"
+    spark.conf.unset(CHECKPOINT_FILE_MANAGER)
+
+    sink_topics.send(3, COMMIT)
+    first = run_sink(sink_settings(sink_topics, tmp_path), spark)
+    sink_topics.send(2, COMMIT)
+    again = run_sink(sink_settings(sink_topics, tmp_path), spark)
+
+    assert (first.rows_written, again.rows_written) == (3, 2)
+    assert len(read_table(spark, tmp_path / "table")) == 5
+
+
+def test_source_fetches_wait_briefly_at_the_end_of_a_partition(
+    sink_topics: SinkTopics, tmp_path: Path
+) -> None:
+    """A kept consumer's fetch past the batch's end is held by the broker until new
+    records come or the wait ends (500 ms by default), and the next batch's task waits
+    for it; the sink waits 10 ms, unless --kafka-options says otherwise."""
+    assert source_options(sink_settings(sink_topics, tmp_path))["kafka.fetch.max.wait.ms"] == "10"
+    mine = sink_settings(sink_topics, tmp_path, kafka_options={"fetch.max.wait.ms": "200"})
+    assert source_options(mine)["kafka.fetch.max.wait.ms"] == "200"
