@@ -21,6 +21,7 @@ from pyspark.sql import Row, SparkSession
 
 from outbox import LocalTransactionState, Message, ProducerSettings, TransactionProducer
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
+from outbox.config import kafka_client_config
 from outbox.protocol import Header, TopicNames
 from outbox.reading import read_topic
 from spark_sink.session import create_session
@@ -82,6 +83,12 @@ class SinkTopics:
     sent: dict[str, bytes] = field(default_factory=dict)
 
     @property
+    def client_config(self) -> dict[str, Any]:
+        """The library's client configuration: its clients log through ``logging``, so one
+        still alive when a broker stops does not print its reconnect failures raw."""
+        return kafka_client_config(self.bootstrap)
+
+    @property
     def producer_settings(self) -> ProducerSettings:
         return ProducerSettings(bootstrap_servers=self.bootstrap, topic_prefix=self.names.prefix)
 
@@ -92,8 +99,7 @@ class SinkTopics:
         once every commit is on the real topic.
         """
         ids = []
-        config = {"bootstrap.servers": self.bootstrap}
-        with running_relay(config, self.names):
+        with running_relay(self.client_config, self.names):
             with TransactionProducer(GROUP, CommitOrRollback(), self.producer_settings) as sender:
                 for i in range(count):
                     value = f"{prefix}-{i}-{uuid.uuid4().hex[:6]}".encode()
@@ -111,7 +117,7 @@ class SinkTopics:
 
     def published(self) -> set[str]:
         """Transaction ids on the real topic now."""
-        records = read_topic({"bootstrap.servers": self.bootstrap}, self.real_topic, timeout=60)
+        records = read_topic(self.client_config, self.real_topic, timeout=60)
         return {r.header_text(Header.TRANSACTION_ID.value) or "" for r in records}
 
     def publish(
@@ -127,7 +133,7 @@ class SinkTopics:
         """
         producer = Producer(
             {
-                "bootstrap.servers": self.bootstrap,
+                **self.client_config,
                 "transactional.id": f"test-{uuid.uuid4().hex}",
                 "linger.ms": 0,
             }

@@ -54,11 +54,10 @@ class Sender(threading.Thread):
         self.failure: BaseException | None = None
 
     def run(self) -> None:
-        config = {"bootstrap.servers": self.topics.bootstrap}
         settings = self.topics.producer_settings
         try:
             with (
-                running_relay(config, self.topics.names),
+                running_relay(self.topics.client_config, self.topics.names),
                 TransactionProducer(GROUP, CommitOrRollback(), settings) as producer,
             ):
                 while not self.stop.is_set():
