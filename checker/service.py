@@ -367,7 +367,8 @@ class Checker:
         try:
             for chunk in chunks:
                 if pending is not None:
-                    settled, pending = self._settle(partition, report, *pending), None
+                    due, pending = pending, None  # settled once, whatever it raises
+                    settled = self._settle(partition, report, *due)
                     if settled is None:
                         break
                     checkpoint = settled
@@ -388,8 +389,8 @@ class Checker:
                 else:
                     self._count_chunk(partition, report, chunk)
             if pending is not None:
-                settled, pending = self._settle(partition, report, *pending), None
-                checkpoint = settled or checkpoint
+                due, pending = pending, None
+                checkpoint = self._settle(partition, report, *due) or checkpoint
         finally:
             if pending is not None:  # reading the next chunk failed while this one committed
                 try:

@@ -127,3 +127,36 @@ def test_a_checkers_first_round_writes_with_the_producer_it_started_with(
         assert len(started) == 1
         checker.run_round()
         assert len(started) == 2
+
+
+def test_a_chunk_stuck_in_its_commit_is_abandoned_and_fenced_once(
+    outbox_topics: OutboxTopics, caplog: pytest.LogCaptureFixture
+):
+    """The round settles a written chunk once, however it fails: settling a stuck chunk
+    again (from the round's clean-up) would abandon it twice and start a second fencing
+    producer for nothing."""
+    halves_on_partition_zero(outbox_topics, 4)
+    released = threading.Event()
+
+    class StuckCommits(Producer):
+        """The real producer; its commits wait until the test is over."""
+
+        def commit_transaction(self, *args: Any) -> None:
+            released.wait(30)
+            super().commit_transaction(*args)
+
+    with running_checker(outbox_topics, SkewedClock(60)) as checker:
+        checker._rules = dataclasses.replace(checker._rules, chunk_size=2)
+        checker._writer._timeout = 2.0  # the watchdog gives up after three of them
+        checker._writer._producer_factory = StuckCommits
+        checker._writer.renew()
+        try:
+            with (
+                caplog.at_level("ERROR", logger="outbox_checker.round_writer"),
+                pytest.raises(KafkaUnavailableError, match="stuck"),
+            ):
+                checker.run_round()
+        finally:
+            released.set()
+    abandoned = [r for r in caplog.records if "writing a chunk is stuck" in r.getMessage()]
+    assert len(abandoned) == 1
