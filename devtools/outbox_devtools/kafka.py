@@ -367,10 +367,11 @@ class LocalKafka:
         """This node as a controller voter: ``id@host:port``."""
         return f"{self.node_id}@{self.host}:{self.controller_port}"
 
-    def _write_config(self) -> Path:
+    def _write_config(self, name: str = "server.properties", **changes: str) -> Path:
+        """This node's ``server_properties`` (with ``changes``) as ``name`` in its work dir."""
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        path = self.work_dir / "server.properties"
-        lines = [f"{key}={value}" for key, value in self.server_properties().items()]
+        path = self.work_dir / name
+        lines = [f"{key}={value}" for key, value in {**self.server_properties(), **changes}.items()]
         path.write_text("# written by outbox_devtools.kafka.LocalKafka\n" + "\n".join(lines) + "\n")
         (self.work_dir / "log4j2.xml").write_text(_LOG4J2_XML)
         return path
@@ -411,19 +412,16 @@ class LocalKafka:
         template = kafka_home() / "storage-templates" / f"node-{self.node_id}"
         if not (template / "meta.properties").is_file():
             staging = template.with_name(f".{template.name}-{os.getpid()}-{secrets.token_hex(4)}")
-            self._run_storage_format(config, staging)
+            self._run_storage_format(
+                self._write_config("format.properties", **{"log.dirs": str(staging)}), staging
+            )
             with contextlib.suppress(OSError):  # another process made it first
                 staging.rename(template)
             shutil.rmtree(staging, ignore_errors=True)
         shutil.copytree(template, self.data_dir, dirs_exist_ok=True)
 
     def _run_storage_format(self, config: Path, data_dir: Path) -> None:
-        """Kafka's StorageTool on ``config``, writing into ``data_dir``."""
-        if data_dir != self.data_dir:
-            config = config.with_name(f"format-{data_dir.name}.properties")
-            lines = [f"{key}={value}" for key, value in self.server_properties().items()]
-            lines.append(f"log.dirs={data_dir}")
-            config.write_text("\n".join(lines) + "\n")
+        """Kafka's StorageTool on ``config``, whose ``log.dirs`` is ``data_dir``."""
         argv = self._java_argv(
             "kafka.tools.StorageTool",
             "format",
