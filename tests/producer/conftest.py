@@ -30,6 +30,7 @@ from outbox import (
     TransactionSendResult,
 )
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
+from outbox.config import kafka_client_config
 from outbox.protocol import RawRecord, TopicNames
 from outbox.reading import read_topic
 from tests.fixtures.relay import running_relay
@@ -46,8 +47,11 @@ class OutboxTopics:
     real_topic: str
 
     @property
-    def client_config(self) -> dict[str, str]:
-        return {"bootstrap.servers": self.bootstrap}
+    def client_config(self) -> dict[str, Any]:
+        """The library's client configuration: its clients log through ``logging``, so one
+        still alive when the broker stops (an abandoned stuck call's producer) does not
+        print its reconnect failures raw at the end of the suite."""
+        return kafka_client_config(self.bootstrap)
 
     def settings(self, **overrides: object) -> ProducerSettings:
         return ProducerSettings(
