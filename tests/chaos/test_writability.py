@@ -31,6 +31,20 @@ def test_a_written_topic_needs_min_in_sync_live_replicas_and_a_read_one_does_not
     )
 
 
+def test_a_written_partition_waits_for_a_downed_follower_until_it_leaves_the_in_sync_set():
+    # acks=all: the leader acknowledges once every replica in sync has the write, so a
+    # frozen or killed follower still listed there holds every write to the partition
+    # (until the controller fences its node), however many live replicas are in sync.
+    listed = PartitionState("real", 0, leader=1, in_sync=frozenset({1, 2, 3}))
+    dropped = PartitionState("real", 0, leader=1, in_sync=frozenset({1, 2}))
+    assert unwritable_reason([listed], WRITTEN, 2, frozenset({3})) == (
+        "real[0] waits for node 3, down but in sync"
+    )
+    assert unwritable_reason([dropped], WRITTEN, 2, frozenset({3})) is None
+    read_only = PartitionState("op", 0, leader=1, in_sync=frozenset({1, 2, 3}))
+    assert unwritable_reason([read_only], WRITTEN, 2, frozenset({3})) is None
+
+
 def test_unwritable_stretches_run_from_the_first_bad_sample_to_the_next_good_one():
     samples = [(1.0, True), (1.25, False), (1.5, False), (1.75, True), (2.0, False)]
     assert unwritable_intervals(samples) == [(1.25, 1.75), (2.0, 2.0)]

@@ -49,15 +49,21 @@ def unwritable_reason(
 
     ``down`` are the nodes the run knows are killed or frozen, which the metadata
     may still show as leaders and in sync until the controller fences them. Topics
-    in ``written`` need ``min_in_sync`` live replicas in sync (acks=all); the
-    others are only read and need a live leader.
+    in ``written`` need ``min_in_sync`` live replicas in sync and no downed one
+    listed there (an acks=all write waits for every replica in sync); the others
+    are only read and need a live leader.
     """
     for state in partitions:
         if state.leader < 0 or state.leader in down:
             return f"{state.topic}[{state.partition}] has no live leader"
+        if state.topic not in written:
+            continue
         live = state.in_sync - down
-        if state.topic in written and len(live) < min_in_sync:
+        if len(live) < min_in_sync:
             return f"{state.topic}[{state.partition}] has {len(live)} of {min_in_sync} in sync"
+        if waited_for := sorted(state.in_sync & down):
+            nodes = ", ".join(str(node) for node in waited_for)
+            return f"{state.topic}[{state.partition}] waits for node {nodes}, down but in sync"
     return None
 
 
