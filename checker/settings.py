@@ -10,12 +10,21 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import Any
 
 from pydantic import Field, field_validator
 
 from outbox.config import KafkaSettings
 from outbox.durations import Hours, Milliseconds, Seconds
 from outbox.protocol import TRANSACTION_TIMEOUT_SECONDS
+
+FAILOVER_CLIENT_PROPERTIES: dict[str, int] = {"api.version.request.timeout.ms": 3_000}
+"""librdkafka properties every client of the checker starts from; pass-through
+``kafka_properties`` override them. A connection's first request (ApiVersion) to a node
+that accepts it and then never answers (a frozen or partitioned node: the kernel still
+completes the TCP handshake) held a fresh relay producer 10 s (librdkafka's default)
+before it asked for the transaction coordinator again; a healthy broker answers it in
+milliseconds."""
 
 
 class CheckerSettings(KafkaSettings):
@@ -129,6 +138,13 @@ class CheckerSettings(KafkaSettings):
         if value and (":" not in value or not value.rsplit(":", 1)[1].isdigit()):
             raise ValueError(f"expected host:port or '', got {value!r}")
         return value
+
+    def client_config(self, **overrides: Any) -> dict[str, Any]:
+        """A librdkafka configuration: :data:`FAILOVER_CLIENT_PROPERTIES` under bootstrap,
+        security, pass-through properties and ``overrides``."""
+        return super().client_config(
+            **{**FAILOVER_CLIENT_PROPERTIES, **self.kafka_properties, **overrides}
+        )
 
     @property
     def stable_instance_id(self) -> str | None:
