@@ -367,6 +367,9 @@ class Relay:
                 continue
             starts.append(TopicPartition(self._topics.op, tp.partition, position))
         consumer.assign(starts)  # eager: the whole assignment
+        # Silence counts from the next idle poll: the seconds spent restoring were not the
+        # consumer's, and its first fetch from the restored offsets is still to come.
+        self._silence.heard()
         log.info("relaying op partitions %s", sorted(tp.partition for tp in partitions))
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -504,6 +507,7 @@ class Relay:
 
     def _resume(self) -> None:
         """Put each partition standing aside back at its committed offset, where it can be read."""
+        resumed = False
         for partition in sorted(self._unrestored):
             position = self._try_restore(partition)
             if position is not None:
@@ -516,6 +520,9 @@ class Relay:
                 self._stand_aside(partition)
                 continue
             self._unrestored.discard(partition)
+            resumed = True
+        if resumed:  # as after an assignment: the seeks' first fetch is still to come
+            self._silence.heard()
 
     def _new_producer(self) -> Producer:
         producer = Producer(self._producer_config)

@@ -318,6 +318,62 @@ def test_a_relay_whose_consumer_went_silent_reads_on_with_a_fresh_one(outbox_top
     assert published(t) == Counter({half.transaction_id: 1})
 
 
+class SlowRestore(Relay):
+    """A relay whose op partitions take their time to restore, as on a loaded machine
+    (the committed offset asked, the op history re-read), inside the assignment callback;
+    it counts the consumers it makes."""
+
+    consumers_made = 0
+
+    def _restore(self, partition: int) -> int:
+        time.sleep(0.5)
+        return super()._restore(partition)
+
+    def _new_consumer(self):
+        self.consumers_made += 1
+        return super()._new_consumer()
+
+
+def test_a_relay_slow_to_take_its_partitions_does_not_take_that_time_for_silence(
+    outbox_topics: OutboxTopics,
+):
+    """The seconds an assignment spends restoring partitions are not the consumer's silence.
+
+    Silence was counted from the relay's idle polls before the assignment: over a slow
+    restore it outlasted ``silence_seconds``, the decisions waiting past the restored
+    offsets made the fresh consumer look wedged too, and each replacement began another
+    slow assignment (a chaos run's takeover at a load of 50 lost 5 s to one).
+    """
+    t = outbox_topics
+    relay = SlowRestore(
+        t.client_config,
+        t.names,
+        group_id=f"{t.names.prefix}.relay",
+        transactional_id=f"{t.names.prefix}.relay.{uuid.uuid4().hex[:8]}",
+        settings=RelaySettings(batch=100, silence_seconds=1.0),
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while len(relay.partitions) < 3:
+            assert time.monotonic() < deadline, "the relay got no op partitions"
+            relay.pump(0.2)
+        wedged = relay._consumer
+        wedged.pause(wedged.assignment())
+        half = pending_half(t, "waiting-at-the-takeover")
+        decide(t, half, write_half(t, half), COMMIT)
+        deadline = time.monotonic() + 30
+        while not published(t):
+            assert time.monotonic() < deadline, (
+                f"not published; {relay.consumers_made} consumers made"
+            )
+            relay.pump(0.2)
+        assert relay._consumer is not wedged
+        assert relay.consumers_made == 2, "a fresh consumer was taken for a wedged one"
+    finally:
+        relay.close()
+    assert published(t) == Counter({half.transaction_id: 1})
+
+
 def sample(name: str, labels: dict[str, str]) -> float:
     return REGISTRY.get_sample_value(name, labels) or 0.0
 
