@@ -117,7 +117,7 @@ class TopicCursor:
         a 5.5 s bench-checker walk). Best effort: a consumer not told reads on as before.
         """
         with suppress(KafkaException):
-            self._consumer.list_topics(self._topic, timeout=min(self._timeout, _LEADER_PATIENCE))
+            self._consumer.list_topics(self._topic, timeout=min(self._timeout, LEADER_PATIENCE))
 
     def _replace_consumer(self) -> None:
         """Read on with a fresh consumer from where the silent one stopped.
@@ -313,7 +313,7 @@ def end_offsets(
     return ends
 
 
-_LEADER_PATIENCE = 2.0
+LEADER_PATIENCE = 2.0
 """How long one watermark question waits on a partition's leader before the client is made
 to look the leader up again."""
 _NO_LEADER = (
@@ -334,7 +334,7 @@ def watermarks(consumer: Consumer, partition: TopicPartition, timeout: float) ->
     (5-9 s); a three-node chaos run stalled publication 15 s on one such call. And after
     a node came back, a long-lived consumer could answer ``_UNKNOWN_PARTITION`` for a
     partition the cluster has, round after round, for minutes. So each question waits
-    :data:`_LEADER_PATIENCE` at most; one unanswered (or answered by no leader) refreshes
+    :data:`LEADER_PATIENCE` at most; one unanswered (or answered by no leader) refreshes
     the topic's metadata, which names the new leader, and is asked again until ``timeout``
     (an unknown partition once only: a partition a topic lacks is no outage).
     """
@@ -344,7 +344,7 @@ def watermarks(consumer: Consumer, partition: TopicPartition, timeout: float) ->
         remaining = deadline - time.monotonic()
         try:
             low, high = consumer.get_watermark_offsets(
-                partition, timeout=max(0.1, min(_LEADER_PATIENCE, remaining))
+                partition, timeout=max(0.1, min(LEADER_PATIENCE, remaining))
             )
             return int(low), int(high)
         except KafkaException as exc:
@@ -362,5 +362,5 @@ def watermarks(consumer: Consumer, partition: TopicPartition, timeout: float) ->
         with suppress(KafkaException):
             consumer.list_topics(
                 partition.topic,
-                timeout=max(0.1, min(_LEADER_PATIENCE, deadline - time.monotonic())),
+                timeout=max(0.1, min(LEADER_PATIENCE, deadline - time.monotonic())),
             )
