@@ -298,6 +298,22 @@ def test_a_stuck_relay_transaction_is_abandoned_fenced_and_its_batch_published_o
         relay.close()
 
 
+def publish_past_a_wedge(
+    t: OutboxTopics, relay: Relay, name: str, seconds: float, failure: Callable[[], str]
+) -> tuple[Consumer, HalfRecord]:
+    """Wedge the relay's consumer (paused: it hears nothing, as after a frozen broker),
+    commit a half and pump until it is published; the wedged consumer and the half."""
+    wedged = relay._consumer
+    wedged.pause(wedged.assignment())
+    half = pending_half(t, name)
+    decide(t, half, write_half(t, half), COMMIT)
+    deadline = time.monotonic() + seconds
+    while not published(t):
+        assert time.monotonic() < deadline, failure()
+        relay.pump(0.2)
+    return wedged, half
+
+
 def test_a_relay_whose_consumer_went_silent_reads_on_with_a_fresh_one(outbox_topics: OutboxTopics):
     """A wedged consumer (here: paused, as a frozen broker can leave librdkafka) hears nothing.
 
@@ -306,14 +322,9 @@ def test_a_relay_whose_consumer_went_silent_reads_on_with_a_fresh_one(outbox_top
     """
     t = outbox_topics
     with relay_of(t, silence_seconds=1.0) as relay:
-        wedged = relay._consumer
-        wedged.pause(wedged.assignment())
-        half = pending_half(t, "after-the-wedge")
-        decide(t, half, write_half(t, half), COMMIT)
-        deadline = time.monotonic() + 60
-        while not published(t):
-            assert time.monotonic() < deadline, "the silent consumer was never replaced"
-            relay.pump(0.2)
+        wedged, half = publish_past_a_wedge(
+            t, relay, "after-the-wedge", 60, lambda: "the silent consumer was never replaced"
+        )
         drain(relay)
         assert relay._consumer is not wedged
     assert published(t) == Counter({half.transaction_id: 1})
@@ -358,16 +369,13 @@ def test_a_relay_slow_to_take_its_partitions_does_not_take_that_time_for_silence
         while len(relay.partitions) < 3:
             assert time.monotonic() < deadline, "the relay got no op partitions"
             relay.pump(0.2)
-        wedged = relay._consumer
-        wedged.pause(wedged.assignment())
-        half = pending_half(t, "waiting-at-the-takeover")
-        decide(t, half, write_half(t, half), COMMIT)
-        deadline = time.monotonic() + 30
-        while not published(t):
-            assert time.monotonic() < deadline, (
-                f"not published; {relay.consumers_made} consumers made"
-            )
-            relay.pump(0.2)
+        wedged, half = publish_past_a_wedge(
+            t,
+            relay,
+            "waiting-at-the-takeover",
+            30,
+            lambda: f"not published; {relay.consumers_made} consumers made",
+        )
         assert relay._consumer is not wedged
         assert relay.consumers_made == 2, "a fresh consumer was taken for a wedged one"
     finally:
