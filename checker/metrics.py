@@ -64,8 +64,7 @@ RELAY_STAGE_SECONDS = Histogram(
     "Where a commit's time goes in the relay, per batch: op_wait (the batch's oldest op"
     " stored to consumed), half_end (the readable ends of half partitions asked, for halves"
     " newer than the relay knew), half_lookup (its halves in hand), produce (its records"
-    " handed to"
-    " the producer) and commit (offsets sent and the transaction committed).",
+    " handed to the producer) and commit (offsets sent and the transaction committed).",
     ["stage"],
     buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 5, 30),
 )

@@ -823,16 +823,15 @@ class Relay:
         :data:`~outbox_checker.kafka_reader.LEADER_PATIENCE` at most: a partition it did
         not learn is asked alone as before, where a lost leader is looked up again.
         """
-        newest: dict[int, int] = {}
-        for raw, decision in decisions:
-            if decision is None or decision.half_partition != raw.partition:
-                continue
-            partition = decision.half_partition
-            known = max(self._half_ends.get(partition, 0), newest.get(partition, -1))
-            if decision.identity > decision.half_offset or decision.half_offset < known:
-                continue  # no stored half (see _half_state), or readable already
-            newest[partition] = decision.half_offset
-        if len(newest) < 2:
+        stale = {
+            decision.half_partition
+            for raw, decision in decisions
+            if decision is not None
+            and decision.half_partition == raw.partition
+            and decision.identity <= decision.half_offset  # else no stored half: _half_state
+            and decision.half_offset >= self._half_ends.get(decision.half_partition, 0)
+        }
+        if len(stale) < 2:
             return
         asked = time.monotonic()
         try:
@@ -840,7 +839,7 @@ class Relay:
                 end_offsets(
                     self._admin,
                     self._topics.half,
-                    sorted(newest),
+                    sorted(stale),
                     IsolationLevel.READ_COMMITTED,
                     LEADER_PATIENCE,
                 )
