@@ -197,6 +197,8 @@ def _summary(results: Results, options: Options) -> list[tuple[str, float | None
     sync = results.visible.of("sync") if results.visible else None
     oneway = results.visible.of("oneway") if results.visible else None
     steady = results.visible.of("steady") if results.visible else None
+    kafka = results.visible.of("plain") if results.visible else None
+    kafka_steady = results.visible.of("plain-steady") if results.visible else None
     plain = results.producer.at(v_senders)[0] if results.producer else None
     rss_at = count_label(options.checker.rss_halves if options.checker else 1_000_000)
     return [
@@ -216,6 +218,12 @@ def _summary(results: Results, options: Options) -> list[tuple[str, float | None
         ("oneway_visible_p99_ms", oneway.visible_p99_ms if oneway else None, ".1f"),
         ("visible_steady_p50_ms", steady.visible_p50_ms if steady else None, ".1f"),
         ("visible_steady_p99_ms", steady.visible_p99_ms if steady else None, ".1f"),
+        ("plain_visible_p99_ms", kafka.visible_p99_ms if kafka else None, ".1f"),
+        (
+            "plain_visible_steady_p99_ms",
+            kafka_steady.visible_p99_ms if kafka_steady else None,
+            ".1f",
+        ),
         ("relay_commits_per_s", r.commits_per_s if r else None, ".0f"),
         ("checker_halves_per_s", c.scan.halves_per_s if c else None, ".0f"),
         ("answers_per_s", c.scan.answers_per_s if c else None, ".0f"),

@@ -234,7 +234,7 @@ class AsyncOutboxSender(OutboxSender):
 
 
 @dataclass
-class _Run:
+class CellRun:
     """What :func:`run_cell` saw, before it is reduced to a :class:`CellResult`."""
 
     samples: list[tuple[float, float, float | None]]
@@ -257,7 +257,7 @@ def run_cell(
     broker_pid: int | None,
     *,
     tasks_on: AsyncOutboxSender | None = None,
-) -> _Run:
+) -> CellRun:
     """Run ``senders`` threads calling ``send`` back to back; time the measuring window.
 
     With ``tasks_on``, the senders are tasks on that sender's loop awaiting its
@@ -345,7 +345,7 @@ def run_cell(
             return None
         return round(100 * (after - before) / wall, 1)
 
-    return _Run(
+    return CellRun(
         samples=[sample for mine in samples for sample in mine],
         window_start=window_start,
         window_end=window_end,
@@ -373,7 +373,7 @@ def _other(host: float | None, client: float | None, broker: float | None) -> fl
     return round(max(0.0, host - client - (broker or 0.0)), 1)
 
 
-def summarise(mode: str, senders: int, run: _Run, seconds: float) -> CellResult:
+def summarise(mode: str, senders: int, run: CellRun, seconds: float) -> CellResult:
     """Throughput and latencies of the sends that completed inside the window."""
     inside = [s for s in run.samples if run.window_start <= s[0] < run.window_end]
     sends = [s[1] for s in inside]

@@ -17,6 +17,14 @@ sync sends at a fixed offered load (``--rate``, 1 000 tx/s), spread over
 ``STEADY_SENDERS`` threads on a fixed schedule, which is what a service sees
 when it is not saturating the outbox. A producer without ``end_oneway`` (the setting is
 rejected) reports the oneway mode as unavailable rather than failing.
+
+And the yardstick, ``plain``: what Kafka itself allows on this machine. As many
+threads send plain idempotent ``acks=all`` records to a topic that
+:mod:`bench.eos_copy`, Kafka's own consume → produce → commit loop in a process
+of its own, copies to another; each record is timed from its send until its
+copy is visible. The relay's path is that loop plus the op write before it and
+the half lookup inside it, so its ``sync`` latency over ``plain``'s at the same
+senders is what the outbox adds to a Kafka exactly-once hop.
 """
 
 from __future__ import annotations
@@ -43,17 +51,22 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from bench.common import bench_main, percentile_ms, run_on_broker
-from bench.producer import run_cell
+from bench.producer import SEND_TIMEOUT_SECONDS, CellRun, run_cell
 from outbox import LocalTransactionState, Message, TransactionProducer
+from outbox.acked_writer import AckedWriter
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
+from outbox.config import kafka_client_config
+from outbox.errors import HalfWriteError
 from outbox.message import EndStatus
-from outbox.protocol import Header, TopicNames
+from outbox.protocol import Header, OutgoingRecord, TopicNames
 from outbox.settings import ProducerSettings
 from outbox_devtools.processes import free_port
 
 GROUP = "bench-visible"
 _TXN_HEADER = Header.TRANSACTION_ID.value
-MODES = ("sync", "oneway", "steady")
+MODES = ("sync", "oneway", "steady", "plain", "plain-steady")
+PACED = ("steady", "plain-steady")
+"""Modes at the fixed offered load (``--rate``) rather than as fast as the senders go."""
 STEADY_SENDERS = 16
 """Threads sharing the steady schedule: enough for sends of ~10 ms at 1 000 tx/s."""
 
@@ -246,13 +259,12 @@ def _settings(bootstrap: str, prefix: str, mode: str) -> ProducerSettings | str:
         return f"ProducerSettings rejects {sorted(extra)}: {exc.errors()[0]['msg']}"
 
 
-def _wait_until_relaying(producer: TransactionProducer, watcher: Watcher, real: str) -> None:
-    """One send, then wait for it to be visible: the relay has joined and publishes."""
-    result = producer.send_message_in_transaction(Message(topic=real, value=b"primer"))
+def _wait_until_seen(watcher: Watcher, key: str, who: str) -> None:
+    """Wait for the primer ``key`` to be visible: ``who`` has joined and publishes."""
     deadline = time.monotonic() + 90
-    while result.transaction_id not in watcher.seen:
+    while key not in watcher.seen:
         if time.monotonic() > deadline:
-            raise RuntimeError("the checker relayed nothing within 90s")
+            raise RuntimeError(f"{who} published nothing within 90s")
         time.sleep(0.05)
 
 
@@ -264,8 +276,10 @@ def run_mode(
     broker_pid: int | None,
     stages: StageScrape,
 ) -> ModeResult:
+    if mode.startswith("plain"):
+        return run_plain(options, bootstrap, prefix, mode, broker_pid)
     settings = _settings(bootstrap, prefix, mode)
-    senders = STEADY_SENDERS if mode == "steady" else options.senders
+    senders = senders_of(mode, options)
     if isinstance(settings, str):
         return ModeResult(mode, senders, available=False, unavailable_reason=settings)
     real = f"{prefix}.events"
@@ -274,17 +288,13 @@ def run_mode(
     watcher = Watcher(bootstrap, real)
     producer = TransactionProducer(GROUP, listener, settings).start()
     committed: list[list[str]] = [[] for _ in range(senders)]
-    schedule: list[float] = []
+    pace = Pace(senders, options.rate if mode in PACED else None)
     try:
-        _wait_until_relaying(producer, watcher, real)
+        primer = producer.send_message_in_transaction(Message(topic=real, value=b"primer"))
+        _wait_until_seen(watcher, primer.transaction_id, "the checker's relay")
 
         def send(index: int, seq: int) -> float | None:
-            if mode == "steady":
-                if not schedule:
-                    schedule.append(time.monotonic())
-                # Send k of thread i is due at (k * senders + i) / rate: a fixed offered load.
-                due = schedule[0] + ((seq - 1) * senders + index) / options.rate
-                time.sleep(max(0.0, due - time.monotonic()))
+            pace.wait(index, seq)
             result = producer.send_message_in_transaction(Message(topic=real, value=value))
             if mode == "oneway" or result.end_status is EndStatus.COMMITTED:
                 committed[index].append(result.transaction_id)
@@ -292,23 +302,123 @@ def run_mode(
 
         stages_before = stages.sample()
         run = run_cell(send, senders, options.warmup, options.seconds, broker_pid)
-        # run_cell's window is on the perf_counter clock, the stamps on the monotonic one.
-        shift = time.monotonic() - time.perf_counter()
-        start, end = run.window_start + shift, run.window_end + shift
-        inside = [
-            tid
-            for mine in committed
-            for tid in mine
-            if start <= listener.answered.get(tid, -1.0) < end
-        ]
-        deadline = time.monotonic() + 30
-        while any(t not in watcher.seen for t in inside) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        stage_figures = StageScrape.stage_ms(stages_before, stages.sample())
+        result = _result(mode, senders, options, run, committed, listener.answered, watcher)
+        result.stages = StageScrape.stage_ms(stages_before, stages.sample())
     finally:
         producer.shutdown()
         watcher.close()
-    delays = [watcher.seen[t] - listener.answered[t] for t in inside if t in watcher.seen]
+    return result
+
+
+def yardstick_of(mode: str) -> str:
+    """The ``plain`` mode measured like ``mode`` (the same senders, the same pace)."""
+    return "plain-steady" if mode in PACED else "plain"
+
+
+def senders_of(mode: str, options: Options) -> int:
+    return STEADY_SENDERS if mode in PACED else options.senders
+
+
+class Pace:
+    """Holds ``senders`` threads to a fixed schedule of ``rate`` sends a second in all
+    (``None``: no schedule, each sends as fast as it goes)."""
+
+    def __init__(self, senders: int, rate: float | None) -> None:
+        self._senders = senders
+        self._rate = rate
+        self._start: float | None = None
+
+    def wait(self, index: int, seq: int) -> None:
+        """Until send ``seq`` (from 1) of thread ``index`` is due."""
+        if self._rate is None:
+            return
+        if self._start is None:
+            self._start = time.monotonic()
+        # Send k of thread i is due at (k * senders + i) / rate: a fixed offered load.
+        due = self._start + ((seq - 1) * self._senders + index) / self._rate
+        time.sleep(max(0.0, due - time.monotonic()))
+
+
+def run_plain(
+    options: Options, bootstrap: str, prefix: str, mode: str, broker_pid: int | None
+) -> ModeResult:
+    """The yardstick: plain sends, copied by Kafka's exactly-once loop (:mod:`bench.eos_copy`)."""
+    source, copies = plain_topics(prefix)
+    value = os.urandom(options.value_bytes)
+    answered: dict[str, float] = {}
+    senders = senders_of(mode, options)
+    sent: list[list[str]] = [[] for _ in range(senders)]
+    pace = Pace(senders, options.rate if mode in PACED else None)
+    watcher = Watcher(bootstrap, copies)
+    writer = AckedWriter(kafka_client_config(bootstrap))
+    copier_command = [sys.executable, "-m", "bench.eos_copy", "--bootstrap-servers", bootstrap]
+    copier_command += ["--source", source, "--sink", copies, "--group", f"{prefix}-copier"]
+    with tempfile.TemporaryFile() as log:
+        copier = subprocess.Popen(
+            copier_command,
+            cwd=Path(__file__).resolve().parent.parent,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
+
+        def send(index: int, seq: int) -> float | None:
+            pace.wait(index, seq)
+            key = uuid.uuid4().hex
+            answered[key] = time.monotonic()
+            record = OutgoingRecord(source, key.encode(), value, [(_TXN_HEADER, key.encode())])
+            writer.write(record, SEND_TIMEOUT_SECONDS, HalfWriteError)
+            sent[index].append(key)
+            return None
+
+        try:
+            primer = OutgoingRecord(source, b"primer", b"", [(_TXN_HEADER, b"primer")])
+            writer.write(primer, SEND_TIMEOUT_SECONDS, HalfWriteError)
+            _wait_until_seen(watcher, "primer", "Kafka's exactly-once copy loop")
+            run = run_cell(send, senders, options.warmup, options.seconds, broker_pid)
+            return _result(mode, senders, options, run, sent, answered, watcher)
+        except RuntimeError:
+            log.seek(0)
+            raise RuntimeError(f"{log.read().decode(errors='replace')[-2000:]}") from None
+        finally:
+            stop_process(copier)
+            writer.close(10)
+            watcher.close()
+
+
+def plain_topics(prefix: str) -> tuple[str, str]:
+    """The ``plain`` mode's source topic and the topic its copies go to."""
+    return f"{prefix}.plain", f"{prefix}.plain-copies"
+
+
+def stop_process(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL after 30 s."""
+    process.terminate()
+    try:
+        process.wait(30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def _result(
+    mode: str,
+    senders: int,
+    options: Options,
+    run: CellRun,
+    committed: list[list[str]],
+    answered: dict[str, float],
+    watcher: Watcher,
+) -> ModeResult:
+    """The mode's figures: the keys ``committed`` and answered in ``run``'s window, each
+    timed from ``answered`` until ``watcher`` saw it (waiting up to 30 s for the last)."""
+    # run_cell's window is on the perf_counter clock, the stamps on the monotonic one.
+    shift = time.monotonic() - time.perf_counter()
+    start, end = run.window_start + shift, run.window_end + shift
+    inside = [key for mine in committed for key in mine if start <= answered.get(key, -1.0) < end]
+    deadline = time.monotonic() + 30
+    while any(key not in watcher.seen for key in inside) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    delays = [watcher.seen[key] - answered[key] for key in inside if key in watcher.seen]
     return ModeResult(
         mode,
         senders,
@@ -321,7 +431,6 @@ def run_mode(
         visible_max_ms=percentile_ms(delays, 100),
         errors=len(run.errors),
         other_cpu_pct=run.other_cpu_pct,
-        stages=stage_figures,
     )
 
 
@@ -333,6 +442,7 @@ def measure(console: Console, options: Options, bootstrap: str, broker_pid: int 
         [
             *plan_topics(topics, options.partitions, 1, (GROUP,)),
             TopicSpec(f"{prefix}.events", options.partitions, 1),
+            *(TopicSpec(topic, options.partitions, 1) for topic in plain_topics(prefix)),
         ],
     )
     port = free_port()
@@ -354,12 +464,7 @@ def measure(console: Console, options: Options, bootstrap: str, broker_pid: int 
                 for mode in options.modes
             ]
         finally:
-            checker.terminate()
-            try:
-                checker.wait(30)
-            except subprocess.TimeoutExpired:
-                checker.kill()
-                checker.wait()
+            stop_process(checker)
     return Report(results)
 
 
@@ -376,8 +481,9 @@ def _mode_with_progress(
 ) -> ModeResult:
     console.print(
         f"[bold cyan]==>[/] {mode} senders="
-        f"{STEADY_SENDERS if mode == 'steady' else options.senders}"
-        f"{f' at {options.rate:g} tx/s' if mode == 'steady' else ''}, checker relaying: "
+        f"{senders_of(mode, options)}"
+        f"{f' at {options.rate:g} tx/s' if mode in PACED else ''}, "
+        f"{'Kafka copy loop copying' if mode.startswith('plain') else 'checker relaying'}: "
         f"warm-up {options.warmup:g}s, measuring {options.seconds:g}s",
         highlight=False,
     )
@@ -396,7 +502,8 @@ def _mode_with_progress(
             f"{result.errors} errors, other cpu {result.other_cpu_pct}%",
             highlight=False,
         )
-        console.print(f"    relay stages: {stage_line(result.stages)}", highlight=False)
+        if not mode.startswith("plain"):
+            console.print(f"    relay stages: {stage_line(result.stages)}", highlight=False)
     return result
 
 
@@ -421,7 +528,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
     parser.add_argument("--value-bytes", type=int, default=Options.value_bytes)
     parser.add_argument("--partitions", type=int, default=Options.partitions)
     parser.add_argument("--rate", type=float, default=Options.rate, help="steady tx/s")
-    parser.add_argument("--modes", default=",".join(MODES), help="of sync, oneway, steady")
+    parser.add_argument("--modes", default=",".join(MODES), help=f"of {', '.join(MODES)}")
     parser.add_argument("--bootstrap-servers")
     args = parser.parse_args(argv)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]

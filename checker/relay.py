@@ -69,6 +69,7 @@ from outbox_checker.membership import (
 )
 from outbox_checker.settings import CHECKER_DEFAULTS, CheckerSettings
 from outbox_checker.silence import SilenceWatch, close_in_background
+from outbox_checker.transactional import transactional_config
 from outbox_checker.watchdog import StuckError, call_with_deadline
 
 from outbox.access import is_authorization_failure, principal_of
@@ -92,7 +93,7 @@ from outbox.protocol import (
     real_record_of_half,
 )
 from outbox.protocol.headers import int_header, text_header
-from outbox.size_limits import CHECKER_MESSAGE_MAX_BYTES, SizeLimits
+from outbox.size_limits import SizeLimits
 from outbox.topic_catalog import TopicCatalog
 
 log = logging.getLogger(__name__)
@@ -211,14 +212,13 @@ class Relay:
         self._now_ms = now_ms
         self._client_config = client_config
         self._producer_config = {
-            "message.max.bytes": CHECKER_MESSAGE_MAX_BYTES,
-            **client_config,
-            "transactional.id": transactional_id,
-            "enable.idempotence": True,
-            "acks": "all",
-            "linger.ms": 1,
+            **transactional_config(
+                client_config,
+                transactional_id,
+                linger_ms=1,
+                transaction_timeout_ms=settings.transaction_timeout_ms,
+            ),
             "partitioner": "murmur2_random",
-            "transaction.timeout.ms": settings.transaction_timeout_ms,
         }
         self._memories: dict[int, DecisionMemory] = {}
         self._relayed: dict[int, int] = {}

@@ -24,6 +24,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from outbox_checker.rules import Discard, HalfEntry, RoundChunk
+from outbox_checker.transactional import transactional_config
 
 from outbox.errors import KafkaUnavailableError, OutboxError
 from outbox.protocol import (
@@ -35,7 +36,7 @@ from outbox.protocol import (
     TopicNames,
 )
 from outbox.protocol.sizes import record_size, records_a_half_becomes
-from outbox.size_limits import CHECKER_MESSAGE_MAX_BYTES, GROWTH_BYTES, SizeLimits
+from outbox.size_limits import GROWTH_BYTES, SizeLimits
 from outbox.topic_catalog import TopicCatalog
 
 log = logging.getLogger(__name__)
@@ -95,15 +96,12 @@ class RoundWriter:
         self._producer_factory = producer_factory
         self._timeout = timeout
         self._stopping = stopping or threading.Event()
-        self._config = {
-            "message.max.bytes": CHECKER_MESSAGE_MAX_BYTES,
-            **client_config,
-            "transactional.id": transactional_id,
-            "enable.idempotence": True,
-            "acks": "all",
-            "linger.ms": 5,
-            "transaction.timeout.ms": transaction_timeout_ms,
-        }
+        self._config = transactional_config(
+            client_config,
+            transactional_id,
+            linger_ms=5,
+            transaction_timeout_ms=transaction_timeout_ms,
+        )
         self._limits = SizeLimits(catalog, self._config)
         self._producer_lock = threading.RLock()
         """Held while the current producer is replaced or recovered, and to ask which it is."""

@@ -54,6 +54,8 @@ def test_bench_all_on_the_test_broker(kafka_bootstrap: str, tmp_path: Path) -> N
         "commits/s published",
         "real records / commits",
         "sync commit-to-visible p50 / p99 ms",
+        "plain send-to-visible p50 / p99 ms",
+        "plain-steady send-to-visible p50 / p99 ms",
         "client CPU µs/send outbox / plain",
     ):
         assert figure in output
@@ -85,6 +87,8 @@ def test_bench_all_on_the_test_broker(kafka_bootstrap: str, tmp_path: Path) -> N
         "oneway_visible_p99_ms",
         "visible_steady_p50_ms",
         "visible_steady_p99_ms",
+        "plain_visible_p99_ms",
+        "plain_visible_steady_p99_ms",
         "relay_commits_per_s",
         "checker_halves_per_s",
         "answers_per_s",
@@ -99,6 +103,7 @@ def test_bench_all_on_the_test_broker(kafka_bootstrap: str, tmp_path: Path) -> N
         "answers_per_s",
         "relay_commits_per_s",
         "visible_p99_ms",
+        "plain_visible_p99_ms",
         "client_us_per_send",
         "plain_client_us_per_send",
     ):

@@ -13,9 +13,11 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections.abc import Callable
+from typing import Any
 
 import pytest
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 from outbox_checker.round_writer import ChunkResult, RoundWriter
 from outbox_checker.rules import HalfEntry, RoundChunk
@@ -36,7 +38,9 @@ def chunk_of(half: HalfRecord, checkpoint: int) -> RoundChunk:
     )
 
 
-def new_writer(t: OutboxTopics) -> RoundWriter:
+def new_writer(
+    t: OutboxTopics, producer_factory: Callable[[dict[str, Any]], Producer] = Producer
+) -> RoundWriter:
     """A writer with a 1 s timeout (its watchdog gives up after 3 s); a fresh broker may
     still be loading its transaction coordinator, which is retriable."""
     deadline = time.monotonic() + 60
@@ -48,6 +52,7 @@ def new_writer(t: OutboxTopics) -> RoundWriter:
                 t.names,
                 TopicCatalog(AdminClient(t.client_config), 10.0),
                 timeout=1.0,
+                producer_factory=producer_factory,
             )
         except KafkaUnavailableError:
             if time.monotonic() > deadline:
