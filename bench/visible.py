@@ -94,7 +94,7 @@ class Watcher:
         self._stop = threading.Event()
         self._consumer = Consumer(
             {
-                "bootstrap.servers": bootstrap,
+                **kafka_client_config(bootstrap),
                 "group.id": f"bench-visible-{uuid.uuid4().hex[:6]}",
                 "isolation.level": "read_committed",
                 "auto.offset.reset": "earliest",
@@ -438,7 +438,7 @@ def measure(console: Console, options: Options, bootstrap: str, broker_pid: int 
     prefix = f"bench-visible-{uuid.uuid4().hex[:6]}"
     topics = TopicNames(prefix)
     ensure_topics(
-        AdminClient({"bootstrap.servers": bootstrap}),
+        AdminClient(kafka_client_config(bootstrap)),
         [
             *plan_topics(topics, options.partitions, 1, (GROUP,)),
             TopicSpec(f"{prefix}.events", options.partitions, 1),
