@@ -114,6 +114,16 @@ def test_the_lost_say_whether_the_relay_or_the_sink_dropped_them():
     assert "1 of the lost are not on the real topic either" in verdict.failures
 
 
+def test_a_transaction_the_relay_never_published_is_named_with_its_ops():
+    state = TopicState(
+        transactions={"a", "c"},
+        ops=[_op("a", 0), _op("c", 3, Resolution.ROLLBACK, partition=2)],
+        real=Counter({"a": 1}),
+    )
+    verdict = judge(1, {"a", "c"}, state, Counter({"a": 1}))
+    assert verdict.failures[-1] == "not on the real topic: c (ops: ROLLBACK of half 2:3)"
+
+
 def _waiting(owed: dict[str, tuple[float, float | None]]) -> TopicState:
     """Transactions committed at a time (s) and first published at another (or never)."""
     return TopicState(

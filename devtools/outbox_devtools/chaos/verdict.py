@@ -223,6 +223,8 @@ class Verdict:
     sink_rows: int
     unpublished: int = 0
     """Of the lost: not on the real topic either (the relay's loss, not the sink's)."""
+    unpublished_story: list[str] = field(default_factory=list)
+    """The first of those, each with what the op topic holds for it: where to start looking."""
     orphans_published: int = 0
     """Orphaned attempts of a reused transaction id on the real topic (never committed)."""
     orphaned_attempts: int = 0
@@ -246,6 +248,8 @@ class Verdict:
         failures = [f"{count} {what}" for what, count in problems.items() if count]
         if self.lost:
             failures.append(f"{self.unpublished} of the lost are not on the real topic either")
+        if self.unpublished_story:
+            failures.append(f"not on the real topic: {'; '.join(self.unpublished_story)}")
         if self.raw_duplicates:
             causes = "; ".join(f"{cause}: {n}" for cause, n in self.causes.most_common())
             failures.append(f"{self.raw_duplicates} raw duplicates on the real topic ({causes})")
@@ -287,5 +291,23 @@ def judge(seed: int, committed_in_db: set[str], state: TopicState, sink: Counter
         causes=duplicate_causes(state),
         sink_rows=sum(sink.values()),
         unpublished=len(committed_in_db - set(state.real)),
+        unpublished_story=[
+            _op_story(transaction_id, state)
+            for transaction_id in sorted(committed_in_db - set(state.real))[:STORIES]
+        ],
         orphans_published=state.orphans_published,
     )
+
+
+STORIES = 10
+"""Lost transactions the verdict describes one by one."""
+
+
+def _op_story(transaction_id: str, state: TopicState) -> str:
+    """``id (ops: ROLLBACK of half 3:1053; ...)``: what was decided for each of its halves."""
+    ops = [op for op in state.ops if op.transaction_id == transaction_id]
+    decided = "; ".join(
+        f"{op.resolution.name} of half {op.half_partition}:{op.identity}" for op in ops
+    )
+    discarded = ", discarded" if transaction_id in state.discarded else ""
+    return f"{transaction_id} (ops: {decided or 'none'}{discarded})"
