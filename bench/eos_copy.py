@@ -5,12 +5,13 @@ commit transaction. What Kafka itself allows for that path on a machine is
 what the same loop costs with nothing of ours in it: this process reads one
 topic (``read_committed``), writes each record to another and commits the
 read offsets with the writes, one transaction per batch, with the relay's
-client settings (``linger.ms`` 1, ``acks=all``, the first retry after
-``RETRY_BACKOFF_MS``, a batch of what is already fetched after the first
-record). It is confluent-kafka's ``eos-transactions.py`` example, minus the
-transform. :mod:`bench.visible`
-runs it as its own process, as it runs the checker, and times a plain send to
-the source topic until the copy is visible (its ``plain`` mode).
+transactional producer settings
+(:func:`~outbox_checker.transactional.transactional_config`, ``linger.ms`` 1)
+and batch (what is already fetched after the first record). It is
+confluent-kafka's ``eos-transactions.py`` example, minus the transform.
+:mod:`bench.visible` runs it as its own process, as it runs the checker, and
+times a plain send to the source topic until the copy is visible (its
+``plain`` mode).
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ import threading
 from collections.abc import Sequence
 
 from confluent_kafka import Consumer, Producer, TopicPartition
-from outbox_checker.transactional import RETRY_BACKOFF_MS
+from outbox_checker.settings import CHECKER_DEFAULTS
+from outbox_checker.transactional import transactional_config
 
-BATCH = 5000
+BATCH = CHECKER_DEFAULTS.relay_batch
 """Most records read into one transaction: the relay's default batch."""
 
 
@@ -39,14 +41,12 @@ def copy(bootstrap: str, source: str, sink: str, group: str, stop: threading.Eve
         }
     )
     producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "transactional.id": f"{group}-copier",
-            "enable.idempotence": True,
-            "acks": "all",
-            "linger.ms": 1,
-            "retry.backoff.ms": RETRY_BACKOFF_MS,
-        }
+        transactional_config(
+            {"bootstrap.servers": bootstrap},
+            f"{group}-copier",
+            linger_ms=1,
+            transaction_timeout_ms=CHECKER_DEFAULTS.relay_transaction_timeout_ms,
+        )
     )
     producer.init_transactions(30)
     consumer.subscribe([source])

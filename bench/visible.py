@@ -376,9 +376,10 @@ def run_plain(
             _wait_until_seen(watcher, "primer", "Kafka's exactly-once copy loop")
             run = run_cell(send, senders, options.warmup, options.seconds, broker_pid)
             return _result(mode, senders, options, run, sent, answered, watcher)
-        except RuntimeError:
+        except RuntimeError as exc:
             log.seek(0)
-            raise RuntimeError(f"{log.read().decode(errors='replace')[-2000:]}") from None
+            tail = log.read().decode(errors="replace")[-2000:]
+            raise RuntimeError(f"{exc}; the copy loop's log ends: {tail}") from None
         finally:
             stop_process(copier)
             writer.close(10)
