@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from outbox_checker.transactional import remember_offset
 
 from outbox.config import KafkaSettings
 from outbox.errors import KafkaUnavailableError, OutboxError, TopicAdminError
@@ -453,11 +454,13 @@ def _write(
         for plan in plans:
             offset: list[int] = []
             producer.produce(
-                **plan.half_record(topics).produce_kwargs(), on_delivery=_remember_offset(offset)
+                **plan.half_record(topics).produce_kwargs(), on_delivery=remember_offset(offset)
             )
             offsets.append(offset)
         if producer.flush(timeout) > 0 or not all(offsets):
-            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "halves not acknowledged"))
+            raise KafkaException(
+                KafkaError(KafkaError._TIMED_OUT, "halves not acknowledged at known offsets")
+            )
         resumed_ms = now_ms()
         done: list[Resumed] = []
         for plan, offset in zip(plans, offsets, strict=True):
@@ -484,11 +487,3 @@ def _write(
                 "run `outbox discard list` to see what is still discarded"
             ) from None
         raise KafkaUnavailableError(f"resuming discarded halves: {error}") from None
-
-
-def _remember_offset(into: list[int]) -> Callable[[KafkaError | None, Any], None]:
-    def delivered(error: KafkaError | None, message: Any) -> None:
-        if error is None:
-            into.append(message.offset())
-
-    return delivered

@@ -24,7 +24,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from outbox_checker.rules import Discard, HalfEntry, RoundChunk
-from outbox_checker.transactional import transactional_config
+from outbox_checker.transactional import remember_offset, transactional_config
 
 from outbox.errors import KafkaUnavailableError, OutboxError
 from outbox.protocol import (
@@ -249,7 +249,7 @@ class RoundWriter:
                 offset: list[int] = []
                 producer.produce(
                     **copy.to_record(self._topics, chunk.partition).produce_kwargs(),
-                    on_delivery=_remember_offset(offset),
+                    on_delivery=remember_offset(offset),
                 )
                 copies.append((copy, offset))
             for entry in to_requeue:
@@ -296,7 +296,9 @@ class RoundWriter:
                 for copy, offset in copies:
                     if not offset:
                         raise KafkaException(
-                            KafkaError(KafkaError._FAIL, "a put-back copy was not stored")
+                            KafkaError(
+                                KafkaError._FAIL, "a put-back copy was not stored at a known offset"
+                            )
                         )
                     ended = answer(copy, chunk.partition, offset[0]) if answer else []
                     records = ended or [
@@ -412,11 +414,3 @@ class PendingChunk:
         if isinstance(self._outcome[0], BaseException):
             raise self._outcome[0]
         return self._outcome[0]
-
-
-def _remember_offset(into: list[int]) -> Callable[[KafkaError | None, Any], None]:
-    def delivered(error: KafkaError | None, message: Any) -> None:
-        if error is None:
-            into.append(message.offset())
-
-    return delivered

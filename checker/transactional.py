@@ -17,7 +17,10 @@ retries grow their back-off exponentially from it (KIP-580, up to
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
+
+from confluent_kafka import KafkaError
 
 from outbox.size_limits import CHECKER_MESSAGE_MAX_BYTES
 
@@ -45,3 +48,21 @@ def transactional_config(
         "linger.ms": linger_ms,
         "transaction.timeout.ms": transaction_timeout_ms,
     }
+
+
+def remember_offset(into: list[int]) -> Callable[[KafkaError | None, Any], None]:
+    """A delivery callback appending the record's offset to ``into`` once it is stored there.
+
+    Nothing is appended for a record stored at an offset the client does not
+    know (librdkafka's report of a write retried and answered as a duplicate
+    carries none): a record named later by its offset (a put-back copy in its
+    check request, a resumed half in its marker) must be named rightly or not at
+    all, so the caller finds ``into`` empty and aborts its transaction.
+    """
+
+    def delivered(error: KafkaError | None, message: Any) -> None:
+        offset = message.offset()
+        if error is None and offset is not None:
+            into.append(offset)
+
+    return delivered

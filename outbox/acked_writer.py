@@ -29,6 +29,11 @@ log = logging.getLogger(__name__)
 class Acknowledgement:
     """A record's (partition, offset) once stored, or the caller's failure if it was not.
 
+    The offset is None when the client stored the record without learning where
+    (librdkafka reports an idempotent write retried across a leader change, and
+    answered as a duplicate, with no offset): unknown stays unknown, never a
+    guess, since a half named by a wrong offset names another transaction's half.
+
     It is the record's delivery callback itself, so a write costs one object and
     one lock: the lock is held from the start and released by the report, a
     waiting thread acquires it (no ``Future``, whose ``Condition`` costs an
@@ -53,7 +58,7 @@ class Acknowledgement:
         self._topic = topic
         self._failure = failure
         self._client_config = client_config
-        self._position: tuple[int, int] | None = None
+        self._position: tuple[int, int | None] | None = None
         self._error: OutboxError | None = None
         self._watchers: list[Callable[[Acknowledgement], object]] = []
         self._arrived = threading.Lock()
@@ -65,7 +70,7 @@ class Acknowledgement:
             why = refused_write(self._topic, error, self._client_config)
             self._error = self._failure(f"{self._topic} record not stored: {why}")
         else:
-            self._position = (message.partition() or 0, message.offset() or 0)
+            self._position = (message.partition() or 0, message.offset())
         self._arrived.release()
         if self._watchers:
             self._notify()
@@ -91,7 +96,7 @@ class Acknowledgement:
         if self.done():
             self._notify()
 
-    def result(self, timeout: float) -> tuple[int, int]:
+    def result(self, timeout: float) -> tuple[int, int | None]:
         """The (partition, offset), waiting up to ``timeout`` seconds; the failure, raised.
 
         Raises ``TimeoutError`` when the report did not come in time.
@@ -104,7 +109,7 @@ class Acknowledgement:
         assert self._position is not None
         return self._position
 
-    def position(self) -> tuple[int, int]:
+    def position(self) -> tuple[int, int | None]:
         """The (partition, offset) of a record whose report arrived; its failure, raised."""
         if self._error is not None:
             raise self._error
@@ -144,7 +149,7 @@ class AckedWriter:
 
     def write(
         self, record: OutgoingRecord, timeout: float, failure: type[OutboxError]
-    ) -> tuple[int, int]:
+    ) -> tuple[int, int | None]:
         """Store ``record``; return its (partition, offset) once acknowledged.
 
         Raises ``failure`` when it was refused or not acknowledged in time. A
@@ -207,7 +212,7 @@ def wait_acknowledged(
     timeout: float,
     deadline: float,
     failure: type[OutboxError],
-) -> tuple[int, int]:
+) -> tuple[int, int | None]:
     """Block until ``acknowledgement`` comes, or ``deadline`` (monotonic) passes: ``failure``."""
     try:
         return acknowledgement.result(max(0.0, deadline - time.monotonic()))

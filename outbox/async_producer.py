@@ -234,14 +234,14 @@ async def _submitted_in_thread(writer: AckedWriter, step: Write, arrivals: _Arri
 
 def _acknowledged(
     step: Write, acknowledgement: Acknowledgement, arrivals: _Arrivals
-) -> asyncio.Future[tuple[int, int]]:
+) -> asyncio.Future[tuple[int, int | None]]:
     """The write's (partition, offset) as a future of this loop, failed at the write's deadline.
 
     The report thread only hands the settling to the loop (:class:`_Arrivals`):
     no ``concurrent.futures.Future`` to wrap, no ``asyncio.timeout`` block per write.
     """
     loop = arrivals.loop
-    waiter: asyncio.Future[tuple[int, int]] = loop.create_future()
+    waiter: asyncio.Future[tuple[int, int | None]] = loop.create_future()
 
     def settle() -> None:
         expiry.cancel()

@@ -425,6 +425,15 @@ class TransactionProducer:
             record = yield FittingHalf(half, half_partition)
         _, half_offset = yield self._write(record, HalfWriteError)
         self._metrics.halves_written.inc()
+        if half_offset is None:
+            # Stored, but where is unknown: a decision or a transaction log row
+            # naming a guessed position would name another transaction's half.
+            # Nothing local has run, so the check-back rolls this half back.
+            raise HalfWriteError(
+                f"{record.topic} partition {half_partition}: half stored, but the broker did not"
+                " report its offset (a write retried across a leader change); the local"
+                " transaction was not run and the half is left to the check-back"
+            )
         if span is not tracing.NO_SPAN:
             span.set_attribute("outbox.half_partition", half_partition)
             span.set_attribute("outbox.half_offset", half_offset)

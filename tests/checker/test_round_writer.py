@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient
 from outbox_checker.round_writer import ChunkResult, RoundWriter
 from outbox_checker.rules import HalfEntry, RoundChunk
@@ -120,3 +120,34 @@ def test_a_requeued_half_keeps_its_identity(outbox_topics: OutboxTopics):
     group.close()
     (moved,) = [HalfRecord.from_record(r) for r in t.read(t.names.half)]
     assert (moved.identity(99), moved.origin_stored_ms, moved.check_times) == (41, 1_000, 0)
+
+
+def test_a_put_back_copy_stored_at_an_unreported_offset_aborts_its_chunk(
+    outbox_topics: OutboxTopics,
+):
+    """The check request names its copy by offset: a copy whose report carries no offset
+    (librdkafka's report of a retried write answered as a duplicate) cannot be named, so
+    the chunk's transaction is aborted and the round retried, never a request for a guess."""
+    t = outbox_topics
+    ensure_check_topic(t)
+
+    class CopiesWithoutOffsets(Producer):
+        def produce(self, *args: Any, on_delivery: Any = None, **kwargs: Any) -> None:
+            if on_delivery is not None:
+                report = on_delivery
+
+                def on_delivery(error: Any, message: Any) -> None:
+                    report(error, Message(topic=message.topic(), partition=0, offset=-1001))
+
+            super().produce(*args, on_delivery=on_delivery, **kwargs)
+
+    writer = new_writer(t, producer_factory=CopiesWithoutOffsets)
+    group = Consumer({**t.client_config, "group.id": f"{t.names.prefix}.checker"})
+    with pytest.raises(KafkaException, match="not stored at a known offset"):
+        writer.write(
+            chunk_of(pending_half(t, "unnamed"), 1), group.consumer_group_metadata(), lambda: 0
+        )
+    writer.close()
+    group.close()
+    assert check_requests(t) == []
+    assert t.read(t.names.half) == []  # the copy's transaction was aborted
