@@ -237,6 +237,26 @@ class LocalPostgres:
         if root is not None:
             shutil.rmtree(root, ignore_errors=True)
 
+    def dump(self, path: Path | str) -> Path:
+        """Write the database as a plain SQL script (``pg_dump``) to ``path``.
+
+        The cluster is deleted when it stops; a run whose verdict failed keeps
+        what its database said this way, for the post-mortem.
+        """
+        if self._process is None or self.bin_dir is None:
+            raise RuntimeError(f"{self!r} is not started")
+        target = Path(path)
+        result = subprocess.run(
+            [str(self.bin_dir / "pg_dump"), "--dbname", self.conninfo, "--file", str(target)],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        if result.returncode != 0:
+            raise PostgresStartError(f"pg_dump of {self.database} failed: {result.stderr.strip()}")
+        return target
+
     # -- steps ------------------------------------------------------------
 
     def _owner(self) -> pwd.struct_passwd | None:

@@ -204,3 +204,16 @@ def test_sqlite_fixture_is_a_file_shared_by_connections(sqlite_url: str) -> None
         engine.dispose()
     assert sqlite_url.startswith("sqlite:///")
     assert Path(sqlite_url.removeprefix("sqlite:///")).is_file()
+
+
+def test_dump_keeps_the_database_as_sql_after_the_cluster_is_gone(tmp_path: Path) -> None:
+    with LocalPostgres(database="dumped") as pg:
+        engine = sa.create_engine(pg.url)
+        with engine.begin() as connection:
+            connection.execute(sa.text("CREATE TABLE kept (id int)"))
+            connection.execute(sa.text("INSERT INTO kept VALUES (42)"))
+        engine.dispose()
+        dumped = pg.dump(tmp_path / "dumped.sql")
+    text = dumped.read_text()
+    assert "CREATE TABLE public.kept" in text
+    assert "42" in text

@@ -774,10 +774,21 @@ def run(console: Console, settings: ChaosSettings) -> int:
             for checker in cluster.checkers:
                 checker.stop(timeout=30)
             sink.stop()
+        if verdict.failures:
+            _keep_database(console, postgres, work / "database.sql")
     _report(console, verdict, cluster, sink, time.monotonic() - started)
     if not verdict.failures and not settings.work_dir:
         shutil.rmtree(work, ignore_errors=True)
     return 1 if verdict.failures else 0
+
+
+def _keep_database(console: Console, postgres: LocalPostgres, path: Path) -> None:
+    """A failed verdict keeps what the database said (the transaction log, the orders)
+    beside the Kafka data and the logs: the cluster is deleted when it stops."""
+    try:
+        console.print(f"    database kept as {postgres.dump(path)}", highlight=False)
+    except Exception as exc:  # the verdict matters more than its evidence
+        console.print(f"    [red]the database could not be kept:[/] {exc}", highlight=False)
 
 
 @contextmanager
