@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from outbox_checker.transactional import remember_offset
+from outbox_checker.transactional import remember_offset, transactional_config
 
 from outbox.config import KafkaSettings
 from outbox.errors import KafkaUnavailableError, OutboxError, TopicAdminError
@@ -70,6 +70,8 @@ DISCARD_OFFSET_HEADER = Header.DISCARD_OFFSET.value
 RESUMED_MS_HEADER = Header.RESUMED_MS.value
 CHUNK = 500
 """Halves resumed per Kafka transaction: bounded transactions, progress kept on a crash."""
+RESUME_TRANSACTION_TIMEOUT_MS = 60_000
+"""librdkafka's default ``transaction.timeout.ms``, which a resume has always had."""
 CLOCK_MARGIN_MS = 60_000
 """How far the clocks of a half's writer and of its decisions' writers may disagree."""
 
@@ -299,13 +301,12 @@ def resume_discards(
     topics = settings.topics
     client = settings.client_config()
     producer = Producer(
-        {
-            **client,
-            "transactional.id": resume_transactional_id(topics),
-            "enable.idempotence": True,
-            "acks": "all",
-            "linger.ms": 5,
-        }
+        transactional_config(
+            client,
+            resume_transactional_id(topics),
+            linger_ms=5,
+            transaction_timeout_ms=RESUME_TRANSACTION_TIMEOUT_MS,
+        )
     )
     try:
         producer.init_transactions(timeout)

@@ -1,6 +1,6 @@
-"""The settings of the checker's transactional producers (the relay's and the round's).
+"""The settings of the checker's transactional producers (the relay's, the round's, a resume's).
 
-Both commit one Kafka transaction after another on one transactional id. The
+The relay and the round commit one Kafka transaction after another on one transactional id. The
 coordinator answers a transaction's first request with
 ``CONCURRENT_TRANSACTIONS`` until the previous commit's markers are written, a
 few milliseconds after ``commit_transaction`` returned, and librdkafka asks

@@ -12,6 +12,7 @@ import time
 import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from outbox_checker import discard as discard_module
 from outbox_checker.discard import (
     RESUMED_KIND,
     ResumeFencedError,
@@ -22,6 +23,7 @@ from outbox_checker.discard import (
 
 from outbox.admin import ensure_topics, plan_topics
 from outbox.config import KafkaSettings
+from outbox.errors import KafkaUnavailableError
 from outbox.protocol import (
     DiscardReason,
     DiscardRecord,
@@ -34,6 +36,7 @@ from outbox.protocol import (
     TopicNames,
 )
 from outbox.reading import read_topic
+from tests.fixtures.reports import reports_without_offsets
 
 pytestmark = pytest.mark.kafka
 
@@ -375,3 +378,16 @@ def test_a_discard_older_than_the_op_history_is_refused_unless_asked_for(
     assert "op history" in why and "--past-op-retention" in why
     outcome = resume_discards(discards.settings, ["old"], now_ms=now_ms, past_op_retention=True)
     assert [r.transaction_id for r in outcome.resumed] == ["old"]
+
+
+def test_a_resumed_half_stored_at_an_unreported_offset_aborts_the_resume(
+    discards, monkeypatch: pytest.MonkeyPatch
+):
+    """The resume marker names where the half went back: a half whose report carries no
+    offset cannot be named, so the resume's transaction is aborted, and nothing is back."""
+    discards.discard(a_half("a"), partition=1)
+    monkeypatch.setattr(discard_module, "Producer", reports_without_offsets())
+    with pytest.raises(KafkaUnavailableError, match="known offsets"):
+        discards.resume("a")
+    assert discards.halves() == []
+    assert [d.resumed for d in read_discards(discards.config, discards.topics)] == [None]

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Message, Producer
+from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 from outbox_checker.round_writer import ChunkResult, RoundWriter
 from outbox_checker.rules import HalfEntry, RoundChunk
@@ -26,6 +26,7 @@ from outbox.errors import KafkaUnavailableError
 from outbox.protocol import HalfRecord, OutgoingRecord, RawRecord
 from outbox.topic_catalog import TopicCatalog
 from tests.checker.support import check_requests, ensure_check_topic, pending_half
+from tests.fixtures.reports import reports_without_offsets
 from tests.producer.conftest import OutboxTopics
 
 pytestmark = pytest.mark.kafka
@@ -131,17 +132,7 @@ def test_a_put_back_copy_stored_at_an_unreported_offset_aborts_its_chunk(
     t = outbox_topics
     ensure_check_topic(t)
 
-    class CopiesWithoutOffsets(Producer):
-        def produce(self, *args: Any, on_delivery: Any = None, **kwargs: Any) -> None:
-            if on_delivery is not None:
-                report = on_delivery
-
-                def on_delivery(error: Any, message: Any) -> None:
-                    report(error, Message(topic=message.topic(), partition=0, offset=-1001))
-
-            super().produce(*args, on_delivery=on_delivery, **kwargs)
-
-    writer = new_writer(t, producer_factory=CopiesWithoutOffsets)
+    writer = new_writer(t, producer_factory=reports_without_offsets())
     group = Consumer({**t.client_config, "group.id": f"{t.names.prefix}.checker"})
     with pytest.raises(KafkaException, match="not stored at a known offset"):
         writer.write(

@@ -17,6 +17,7 @@ from confluent_kafka import Message
 from outbox.acked_writer import AckedWriter, Acknowledgement
 from outbox.errors import EndTransactionError, HalfWriteError
 from outbox.protocol import OutgoingRecord
+from tests.fixtures.reports import OFFSET_INVALID
 from tests.producer.conftest import OutboxTopics
 
 pytestmark = pytest.mark.kafka
@@ -85,7 +86,7 @@ def test_a_report_that_does_not_come_in_time_raises_timeout_and_a_refusal_the_ca
         writer.close()
 
 
-@pytest.mark.parametrize("unknown", [-1001, -1], ids=["OFFSET_INVALID", "END"])
+@pytest.mark.parametrize("unknown", [OFFSET_INVALID, -1], ids=["OFFSET_INVALID", "END"])
 def test_a_stored_record_whose_offset_the_client_does_not_know_keeps_it_unknown(
     unknown: int,
 ) -> None:

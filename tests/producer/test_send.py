@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
 import pytest
-from confluent_kafka import Message as Message_
 from confluent_kafka.admin import AdminClient
 
 from outbox import (
@@ -23,9 +21,11 @@ from outbox import (
     ProducerSettings,
     SendStatus,
     TransactionProducer,
+    acked_writer,
 )
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
 from outbox.protocol import HalfRecord, OpRecord, Resolution, TopicNames
+from tests.fixtures.reports import reports_without_offsets
 from tests.producer.conftest import OutboxTopics, ScriptedListener
 
 pytestmark = pytest.mark.kafka
@@ -241,41 +241,25 @@ def test_op_lost_with_the_broker_is_reported_never_raised(
         assert isinstance(result.end_error, EndTransactionError)
 
 
-class _HalvesWithoutOffsets:
-    """The writer's client, with every half's delivery report stripped of its offset."""
-
-    def __init__(self, client: Any, half_topic: str) -> None:
-        self._client = client
-        self._half_topic = half_topic
-
-    def produce(self, topic: str, *args: Any, on_delivery: Any, **kwargs: Any) -> None:
-        if topic == self._half_topic:
-            report = on_delivery
-
-            def on_delivery(error: Any, message: Any) -> None:
-                report(error, Message_(topic=topic, partition=message.partition(), offset=-1001))
-
-        self._client.produce(topic, *args, on_delivery=on_delivery, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._client, name)
-
-
 def test_a_half_stored_at_an_unreported_offset_fails_the_send_before_its_local_transaction(
-    producer, outbox_topics: OutboxTopics, listener: ScriptedListener
+    outbox_topics: OutboxTopics,
+    listener: ScriptedListener,
+    producer_type,
+    monkeypatch: pytest.MonkeyPatch,
 ):
     # The send cannot name its half, so it must not run the local transaction:
     # a decision (or a transaction log row) naming a guessed position would
     # point at another transaction's half. The half itself is left to the check-back.
-    core = getattr(producer, "producer", producer)
-    writer = getattr(core, "_core", core)._writer
-    writer.producer = _HalvesWithoutOffsets(writer.producer, outbox_topics.names.half)
-
-    with pytest.raises(HalfWriteError, match="did not report its offset") as caught:
+    half_topic = outbox_topics.names.half
+    monkeypatch.setattr(acked_writer, "Producer", reports_without_offsets(half_topic))
+    with (
+        producer_type("orders", listener, outbox_topics.settings()) as producer,
+        pytest.raises(HalfWriteError, match="did not report its offset") as caught,
+    ):
         producer.send_message_in_transaction(Message(outbox_topics.real_topic, b"v"), COMMIT)
 
     assert listener.executed == []
     assert "left to the check-back" in str(caught.value)
-    (half_raw,) = outbox_topics.read(outbox_topics.names.half)
+    (half_raw,) = outbox_topics.read(half_topic)
     assert half_raw.offset == 0
     assert ops_of(outbox_topics) == []
