@@ -65,12 +65,13 @@ class Outcomes:
     """Sends the producer did not end itself (e.g. REFUSED_LATE on a loaded
     machine), by transaction id to order id: the check-back ends them from the
     database, so the database says which way each must go."""
-    ended_late_committed: set[str] = field(default_factory=set)
+    ended_by_check: set[str] = field(default_factory=set)
+    """Of those, the ones whose order the database holds: the check-back commits them."""
     other: Counter[str] = field(default_factory=Counter)
 
     @property
     def all_committed(self) -> set[str]:
-        return self.committed | self.resolved_by_check | self.ended_late_committed
+        return self.committed | self.resolved_by_check | self.ended_by_check
 
     def settle_left_to_check(self, engine: sa.Engine) -> None:
         """File each send left to the check-back by whether its order is in the database."""
@@ -80,7 +81,7 @@ class Outcomes:
             stored = set(connection.execute(sa.text("SELECT id FROM orders")).scalars())
         for transaction_id, order_id in self.left_to_check.items():
             if order_id in stored:
-                self.ended_late_committed.add(transaction_id)
+                self.ended_by_check.add(transaction_id)
             else:
                 self.rolled_back.add(transaction_id)
 
@@ -322,8 +323,8 @@ def _report(
     row("committed", outcomes.committed)
     row("rolled back", outcomes.rolled_back)
     row("resolved by check-back", outcomes.resolved_by_check)
-    if outcomes.ended_late_committed:
-        row("ended late, by check-back", outcomes.ended_late_committed)
+    if outcomes.ended_by_check:
+        row("committed by check-back", outcomes.ended_by_check)
     console.print(table)
     committed = outcomes.all_committed
     lost = len(committed - set(sink_rows))

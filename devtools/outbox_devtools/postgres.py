@@ -50,6 +50,10 @@ _ROOT_PREFIX = "outbox-pg-"
 _MAX_SOCKET_DIR = 90
 
 
+class PostgresDumpError(RuntimeError):
+    """``pg_dump`` could not write the database where asked; its own words say why."""
+
+
 class PostgresStartError(RuntimeError):
     """The server was found but did not come up; the message carries its log tail."""
 
@@ -244,7 +248,7 @@ class LocalPostgres:
         what its database said this way, for the post-mortem.
         """
         if self._process is None or self.bin_dir is None:
-            raise RuntimeError(f"{self!r} is not started")
+            raise RuntimeError(f"{self!r} is not started: there is no database to dump")
         target = Path(path)
         result = subprocess.run(
             [str(self.bin_dir / "pg_dump"), "--dbname", self.conninfo, "--file", str(target)],
@@ -254,7 +258,9 @@ class LocalPostgres:
             timeout=300,
         )
         if result.returncode != 0:
-            raise PostgresStartError(f"pg_dump of {self.database} failed: {result.stderr.strip()}")
+            raise PostgresDumpError(
+                f"pg_dump of {self.database} to {target} failed: {result.stderr.strip()}"
+            )
         return target
 
     # -- steps ------------------------------------------------------------

@@ -21,7 +21,7 @@ import pytest
 import sqlalchemy as sa
 
 from outbox_devtools import processes
-from outbox_devtools.postgres import LocalPostgres, PostgresStartError
+from outbox_devtools.postgres import LocalPostgres, PostgresDumpError, PostgresStartError
 from outbox_devtools.postgres_binaries import PostgresNotFound
 
 pytestmark = pytest.mark.postgres
@@ -207,7 +207,8 @@ def test_sqlite_fixture_is_a_file_shared_by_connections(sqlite_url: str) -> None
 
 
 def test_dump_keeps_the_database_as_sql_after_the_cluster_is_gone(tmp_path: Path) -> None:
-    with LocalPostgres(database="dumped") as pg:
+    pg = LocalPostgres(database="dumped")
+    with pg:
         engine = sa.create_engine(pg.url)
         with engine.begin() as connection:
             connection.execute(sa.text("CREATE TABLE kept (id int)"))
@@ -217,3 +218,14 @@ def test_dump_keeps_the_database_as_sql_after_the_cluster_is_gone(tmp_path: Path
     text = dumped.read_text()
     assert "CREATE TABLE public.kept" in text
     assert "42" in text
+    with pytest.raises(RuntimeError, match="is not started: there is no database to dump"):
+        pg.dump(tmp_path / "again.sql")
+
+
+def test_a_dump_to_a_missing_directory_names_the_path_and_pg_dumps_reason(
+    local_pg: LocalPostgres, tmp_path: Path
+) -> None:
+    target = tmp_path / "no-such-dir" / "dump.sql"
+    with pytest.raises(PostgresDumpError, match="No such file or directory") as caught:
+        local_pg.dump(target)
+    assert str(target) in str(caught.value)
