@@ -7,9 +7,10 @@ shared by every component is in :mod:`outbox.protocol`.
 from importlib.metadata import PackageNotFoundError, version
 
 from outbox.async_producer import AsyncTransactionListener, AsyncTransactionProducer
-from outbox.caller_transaction import CallerTransactionError
+from outbox.caller_transaction import AsyncCallerTransaction, CallerTransaction
 from outbox.durations import DurationError
 from outbox.errors import (
+    CallerTransactionError,
     ConfigurationError,
     ConnectionSecurityError,
     DuplicateInstanceError,
@@ -62,8 +63,10 @@ except PackageNotFoundError:  # a source tree on sys.path, never installed
 __all__ = [  # noqa: RUF022
     "__version__",
     # producing
+    "AsyncCallerTransaction",
     "AsyncTransactionListener",
     "AsyncTransactionProducer",
+    "CallerTransaction",
     "CallerTransactionError",
     "EndStatus",
     "LocalTransactionState",

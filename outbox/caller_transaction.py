@@ -14,13 +14,17 @@ Here the send is split around it::
 It is the very send flow of ``send_message_in_transaction`` (validation, the
 half, the late-end rule, the op, the result), stopped where it would call the
 listener's ``execute_local_transaction`` and resumed when the block ends, with
-the state the database decided (:mod:`outbox.sql.joined`): COMMIT after the
-row's transaction committed, ROLLBACK after it ended without committing,
-nothing (UNKNOW) when the commit's outcome is unknown, and ROLLBACK when the
-block never joined a session (no row can exist). Whether the block raised
-does not matter: an error after the commit still publishes. Check-backs are
-answered by the producer's listener, a :class:`~outbox.sql.SqlTransactionListener`
-on the same log table, as for any other send.
+the state the database holds (:mod:`outbox.sql.joined`): COMMIT when the row is
+committed, ROLLBACK when the transaction that held it ended without it, nothing
+(UNKNOW) while that cannot be told, and ROLLBACK when the block never joined a
+session (no row can exist). Whether the block raised does not matter: an error
+after the commit still publishes. Check-backs are answered by the producer's
+listener, a :class:`~outbox.sql.SqlTransactionListener` on the same log table,
+as for any other send.
+
+The block's two ends may run in different threads and ``contextvars`` contexts
+(a FastAPI ``yield`` dependency runs its setup and teardown in separate thread
+pool calls): nothing here carries a context token from one end to the other.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from inspect import isawaitable
 from types import TracebackType
 from typing import Any, Protocol, Self
 
-from outbox.errors import OutboxError
+from outbox.errors import CallerTransactionError
 from outbox.message import LocalTransactionState, Message, TransactionSendResult
 
 
@@ -40,20 +44,19 @@ class JoinedSession(Protocol):
     named by this protocol, as the producers are by ``Any``, so that the SQL side and the
     producers, which import this module, are not imported back)."""
 
-    outcome: LocalTransactionState | None
-
     def detach(self) -> None: ...
+
+    def outcome(self) -> LocalTransactionState: ...
+
+    async def outcome_async(self) -> LocalTransactionState: ...
 
 
 log = logging.getLogger(__name__)
 
-COMMIT = LocalTransactionState.COMMIT_MESSAGE
 ROLLBACK = LocalTransactionState.ROLLBACK_MESSAGE
-UNKNOW = LocalTransactionState.UNKNOW
 
 
-class CallerTransactionError(OutboxError):
-    """``producer.transaction(...)`` used out of order (join outside the block, twice...)."""
+__all__ = ["AsyncCallerTransaction", "CallerTransaction", "CallerTransactionError"]
 
 
 class _Paused:
@@ -128,8 +131,9 @@ class _CallerTransaction:
             self._join_failed = True  # no row: the decision is ROLLBACK
             raise
 
-    def _decision(self, error: BaseException | None) -> LocalTransactionState:
-        """What the database did with the row: the state the send flow resumes with."""
+    def _ending(self, error: BaseException | None) -> JoinedSession | None:
+        """End the block: the joined session to read the decision from, or None (ROLLBACK:
+        no session was joined, so no row can exist)."""
         self._ended = True
         joined = self._joined
         if joined is None:
@@ -138,16 +142,9 @@ class _CallerTransaction:
                     "transaction block ended without join(session): rolled back transaction_id=%s",
                     self.transaction_id,
                 )
-            return ROLLBACK
+            return None
         joined.detach()
-        if joined.outcome is None:
-            log.warning(
-                "the joined session's transaction was still open when the block ended; "
-                "left to the check-back transaction_id=%s",
-                self.transaction_id,
-            )
-            return UNKNOW
-        return joined.outcome
+        return joined
 
 
 class CallerTransaction(_CallerTransaction):
@@ -185,7 +182,8 @@ class CallerTransaction(_CallerTransaction):
         return step
 
     def join(self, session: Any) -> None:
-        """Put the log row into ``session`` (a SQLAlchemy ``Session``), inside its transaction."""
+        """Put the log row into ``session`` (a SQLAlchemy ``Session`` or ``scoped_session``,
+        such as Flask-SQLAlchemy's ``db.session``), inside its transaction."""
         listener = self._joining()
         self._joined_with(lambda: listener.join_caller_transaction(session, self.message))
 
@@ -197,7 +195,8 @@ class CallerTransaction(_CallerTransaction):
     ) -> None:
         assert self._flow is not None
         try:
-            self._run(self._flow, self._decision(exc))
+            joined = self._ending(exc)
+            self._run(self._flow, ROLLBACK if joined is None else joined.outcome())
         finally:
             self._flow.close()
             self._core._release()
@@ -239,8 +238,13 @@ class AsyncCallerTransaction(_CallerTransaction):
         return step
 
     async def join(self, session: Any) -> None:
-        """Put the log row into ``session`` (an ``AsyncSession``), inside its transaction."""
+        """Put the log row into ``session`` (an ``AsyncSession`` or ``async_scoped_session``),
+        inside its transaction."""
         listener = self._joining()
+        from sqlalchemy.ext.asyncio import async_scoped_session
+
+        if isinstance(session, async_scoped_session):
+            session = session()
         sync_session = getattr(session, "sync_session", None)
         run_sync = getattr(session, "run_sync", None)
         if sync_session is None or run_sync is None:
@@ -248,7 +252,8 @@ class AsyncCallerTransaction(_CallerTransaction):
 
             self._join_failed = True
             raise JoinError(
-                f"await join() takes a SQLAlchemy AsyncSession, got {type(session).__name__}"
+                "await join() takes a SQLAlchemy AsyncSession or async_scoped_session, got "
+                f"{type(session).__name__}"
             )
         try:
             self._joined = await run_sync(listener.join_caller_transaction, self.message)
@@ -264,7 +269,9 @@ class AsyncCallerTransaction(_CallerTransaction):
     ) -> None:
         assert self._flow is not None
         try:
-            await self._run(self._flow, self._decision(exc))
+            joined = self._ending(exc)
+            state = ROLLBACK if joined is None else await joined.outcome_async()
+            await self._run(self._flow, state)
         finally:
             self._flow.close()
             self._core._release()

@@ -26,6 +26,13 @@ class DuplicateInstanceError(ConfigurationError):
         )
 
 
+class CallerTransactionError(OutboxError):
+    """``producer.transaction(...)`` cannot be used so: join outside the block, twice, a
+    listener that keeps no transaction log. Base of every error of that form, so one
+    ``except`` catches them all (:class:`outbox.sql.JoinError`: the session cannot take
+    the row)."""
+
+
 class KafkaUnavailableError(OutboxError):
     """The Kafka cluster did not answer in time."""
 

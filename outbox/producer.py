@@ -476,7 +476,10 @@ class TransactionProducer:
     ) -> Flow[tuple[LocalTransactionState, BaseException | None]]:
         stamped = _stamped(message, half, half_partition, half_offset)
         recorded: list[BaseException] = []
-        token = _local_errors.set(recorded)
+        # Put back by value, not by token: a caller's transaction block may end in
+        # another context than it began (a thread pool's copy), where a token is refused.
+        previous = _local_errors.get()
+        _local_errors.set(recorded)
         try:
             with _child_span(parent, tracing.LOCAL_TRANSACTION, half.transaction_id) as span:
                 answer = yield LocalTransaction(stamped, arg)
@@ -490,7 +493,7 @@ class TransactionProducer:
             )
             return LocalTransactionState.UNKNOW, exc
         finally:
-            _local_errors.reset(token)
+            _local_errors.set(previous)
         state = _as_state(answer, half.transaction_id, "execute_local_transaction")
         return state, (recorded[-1] if recorded else None)
 

@@ -18,11 +18,13 @@ Without an SDK configured nothing would record, so no span is started at all.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
+import contextvars
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from typing import Any
 
 try:
+    from opentelemetry import context as otel_context
     from opentelemetry import propagate, trace
     from opentelemetry.trace import (
         NoOpTracerProvider,
@@ -80,9 +82,38 @@ def span(
         # whose context :func:`with_trace_context` writes all the same.
         return NO_SPAN_BLOCK
     context = None if parent_headers is None else propagate.extract(_carrier(parent_headers))
-    return provider.get_tracer("outbox").start_as_current_span(
+    started = provider.get_tracer("outbox").start_span(
         name, context=context, kind=SpanKind[kind], attributes=attributes
     )
+    return _current(started, context)
+
+
+@contextmanager
+def _current(started: Any, parent: Any) -> Iterator[Any]:
+    """``started`` as the current span for the block, ended with it.
+
+    As OpenTelemetry's ``start_as_current_span``, except that a block ending in
+    another ``contextvars`` context than it began (``producer.transaction(...)``
+    entered and left in two thread-pool calls of a FastAPI dependency) leaves that
+    context as it is: there was nothing attached in it to detach.
+    """
+    token = otel_context.attach(trace.set_span_in_context(started, parent))
+    try:
+        yield started
+    except Exception as exc:
+        fail(started, exc)
+        raise
+    finally:
+        started.end()
+        _detach(token)
+
+
+def _detach(token: Any) -> None:
+    if not isinstance(token, contextvars.Token):  # another runtime context: its own rules
+        otel_context.detach(token)
+        return
+    with suppress(ValueError):  # made in the context the block began in, not this one
+        token.var.reset(token)
 
 
 def recording() -> bool:

@@ -8,7 +8,7 @@ other invalid setting.
 
 from __future__ import annotations
 
-from outbox.errors import OutboxError
+from outbox.errors import CallerTransactionError, OutboxError
 
 
 class TransactionLogError(OutboxError):
@@ -57,5 +57,8 @@ class LocalTransactionRolledBackByCheckError(TransactionLogError):
     """
 
 
-class JoinError(TransactionLogError):
-    """``txn.join(session)`` cannot put the log row into that session; nothing was joined."""
+class JoinError(TransactionLogError, CallerTransactionError):
+    """``txn.join(session)`` cannot put the log row into that session; nothing was joined.
+
+    A :class:`~outbox.errors.CallerTransactionError` like every misuse of the form.
+    """

@@ -3,38 +3,41 @@
 ``with producer.transaction(message) as txn: ... txn.join(session)`` puts the
 half's transaction-log row into a session the application opened and commits
 itself (a request's session in FastAPI or Flask). The decision must follow the
-database, never the Python block around it, so this watches the session's own
-transaction through SQLAlchemy's session events:
+database, never the Python block around it nor what SQLAlchemy's session events
+say happened: when the block ends, :meth:`JoinedSession.outcome` reads the row
+back on a connection of its own (:mod:`outbox.sql.evidence`):
 
 =============================================  ==================================
-the session's transaction (the row's)          outcome
+what the database holds when the block ends    outcome
 =============================================  ==================================
-committed (``after_commit``)                   COMMIT_MESSAGE
-ended without a COMMIT being sent: rolled      ROLLBACK_MESSAGE: the row is gone
-back, closed, a flush failing before COMMIT,   with the rest
-a commit refused as too late (grace period)
-COMMIT sent and it failed (connection lost,    UNKNOW: the server may have
-a refusal at commit time)                      committed; the check-back reads
-                                               the log row and finds out
-still open when the ``with`` block ends        UNKNOW, the same way
+the row, committed                             COMMIT_MESSAGE, however it was
+                                               committed (the session, its
+                                               connection, an outer transaction)
+no row, and the transaction that held it       ROLLBACK_MESSAGE: rolled back,
+ended (PostgreSQL: aborted; SQLite: no writer  closed, a savepoint's release then
+left)                                          an error, a refused COMMIT
+no row, its transaction still open or its      UNKNOW: the check-back reads the
+fate unknown (a COMMIT whose answer was lost)  same row later and decides
 =============================================  ==================================
 
-A savepoint (``begin_nested``) ending says nothing about the row, which lives in
-the outer transaction: only the transaction the row went into counts. The row
-is written by the listener's own insert (:class:`~outbox.sql.listener.TransactionLogListener`),
-so the check-back answers it as it answers a row its own transaction wrote.
+The row is written by the listener's own insert
+(:class:`~outbox.sql.listener.TransactionLogListener`), so the check-back answers
+it as it answers a row its own transaction wrote. A join inside a savepoint is
+refused: the row would go with the savepoint.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Protocol
+from typing import Any, Protocol
 
+import sqlalchemy as sa
 from sqlalchemy import event
-from sqlalchemy.orm import Session, SessionTransaction
+from sqlalchemy.orm import Session, scoped_session
 
 from outbox.message import LocalTransactionState, Message
 from outbox.sql.errors import JoinError
+from outbox.sql.evidence import RowHolder, holder_of, outcome_on
 
 log = logging.getLogger(__name__)
 
@@ -49,74 +52,102 @@ class LogWriter(Protocol):
 
     def _require_in_time(self, message: Message) -> None: ...
 
+    @property
+    def row_lookup(self) -> sa.Select[Any]: ...
+
+
+def session_of(session: object) -> Session:
+    """The ``Session`` that ``join`` was given, or the current one of a ``scoped_session``.
+
+    Flask-SQLAlchemy's ``db.session`` is a ``scoped_session``: a registry whose
+    call returns the session of this request.
+    """
+    if isinstance(session, scoped_session):
+        session = session()
+    if not isinstance(session, Session):
+        raise JoinError(
+            f"join() takes a SQLAlchemy Session or scoped_session, got {type(session).__name__}"
+        )
+    return session
+
 
 class JoinedSession:
-    """The log row of one half in the caller's session, and the outcome of its transaction.
+    """The log row of one half in the caller's session, and what the database made of it."""
 
-    :attr:`outcome` is None while that transaction is open, then
-    COMMIT_MESSAGE, ROLLBACK_MESSAGE or UNKNOW (a COMMIT whose answer was lost).
-    """
-
-    def __init__(self, session: Session, message: Message, listener: LogWriter) -> None:
-        if not isinstance(session, Session):
-            raise JoinError(f"join() takes a SQLAlchemy Session, got {type(session).__name__}")
+    def __init__(self, session: object, message: Message, listener: LogWriter) -> None:
+        session = session_of(session)
         if session.in_nested_transaction():
             raise JoinError(
                 "join() inside a savepoint (begin_nested): the log row would go with the "
                 "savepoint; join in the outer transaction"
             )
         self.session = session
-        self.outcome: LocalTransactionState | None = None
         self._message = message
         self._listener = listener
-        self._committing = False
-        self._committed = False
         try:
             listener._insert_row(session, message)  # begins the session's transaction if needed
+            self._holder: RowHolder = holder_of(session)
         except Exception as exc:
             explained = listener._explain(session, exc)
             if explained is exc:
                 raise
             raise explained from exc
-        self._transaction: SessionTransaction | None = session.get_transaction()
-        self._events = (
-            ("before_commit", self._before_commit),
-            ("after_commit", self._after_commit),
-            ("after_transaction_end", self._after_transaction_end),
-        )
-        for name, handler in self._events:
-            event.listen(session, name, handler)
+        event.listen(session, "before_commit", self._before_commit)
         log.debug("log row joined the caller's session transaction_id=%s", message.transaction_id)
 
     def _before_commit(self, session: Session) -> None:
-        if self.outcome is not None or session.in_nested_transaction():
-            return  # decided already, or a savepoint's release: not the row's commit
-        # Refused before anything is sent: the commit raises, the transaction rolls back.
-        self._listener._require_in_time(self._message)
-        # Flushed here, so that a failing flush is known to have sent no COMMIT.
-        session.flush()
-        self._committing = True
+        """Refuse a commit past the grace period (a check-back may have answered ROLLBACK).
 
-    def _after_commit(self, session: Session) -> None:
-        self._committed = True
-
-    def _after_transaction_end(self, session: Session, transaction: SessionTransaction) -> None:
-        if transaction is not self._transaction or self.outcome is not None:
-            return
-        if self._committed:
-            self.outcome = LocalTransactionState.COMMIT_MESSAGE
-        elif self._committing:
-            log.error(
-                "commit outcome unknown; left to the check-back transaction_id=%s",
-                self._message.transaction_id,
-            )
-            self.outcome = LocalTransactionState.UNKNOW
-        else:
-            self.outcome = LocalTransactionState.ROLLBACK_MESSAGE
-        # Detached when the block ends: SQLAlchemy forbids removing a listener mid-dispatch.
+        A second line of defence only: the primary key serialises the row and a
+        check-back's ROLLBACK row. A savepoint's release is not the row's commit.
+        """
+        if not session.in_nested_transaction():
+            self._listener._require_in_time(self._message)
 
     def detach(self) -> None:
-        """Stop watching the session (its transaction ended, or the ``with`` block did)."""
-        for name, handler in self._events:
-            if event.contains(self.session, name, handler):
-                event.remove(self.session, name, handler)
+        """Stop watching the session (the ``with`` block ended)."""
+        if event.contains(self.session, "before_commit", self._before_commit):
+            event.remove(self.session, "before_commit", self._before_commit)
+
+    def outcome(self) -> LocalTransactionState:
+        """The decision, from the row read back on a connection of the session's engine."""
+        try:
+            with self._holder.engine.connect() as connection:
+                state = outcome_on(connection, self._holder, self._message, self._lookup)
+        except Exception as exc:  # no connection: no evidence
+            state = self._unreadable(exc)
+        return self._reported(state)
+
+    async def outcome_async(self) -> LocalTransactionState:
+        """:meth:`outcome` through the asyncio driver of the ``AsyncSession``'s engine."""
+        from sqlalchemy.ext.asyncio import AsyncEngine
+
+        try:
+            async with AsyncEngine(self._holder.engine).connect() as connection:
+                state = await connection.run_sync(
+                    outcome_on, self._holder, self._message, self._lookup
+                )
+        except Exception as exc:
+            state = self._unreadable(exc)
+        return self._reported(state)
+
+    @property
+    def _lookup(self) -> sa.Select[Any]:
+        return self._listener.row_lookup
+
+    def _unreadable(self, exc: Exception) -> LocalTransactionState:
+        log.warning(
+            "could not connect to read the joined transaction's outcome transaction_id=%s error=%r",
+            self._message.transaction_id,
+            exc,
+        )
+        return LocalTransactionState.UNKNOW
+
+    def _reported(self, state: LocalTransactionState) -> LocalTransactionState:
+        if state is LocalTransactionState.UNKNOW:
+            log.warning(
+                "no evidence yet that the joined transaction committed or dropped the log "
+                "row; left to the check-back transaction_id=%s",
+                self._message.transaction_id,
+            )
+        return state

@@ -289,6 +289,11 @@ class TransactionLogListener(Generic[_Factory, _Business]):
         self._lookup = lookup_statement(self._table)
         self._answers = rollback_table(self.target.table, self.target.schema)
 
+    @property
+    def row_lookup(self) -> sa.Select[Any]:
+        """The log row of a transaction id (bound as ``id``): its half and ``rolled_back``."""
+        return self._lookup
+
     def join_caller_transaction(self, session: Session, message: Message) -> JoinedSession:
         """Put the half's log row into the caller's ``session``; watch what its transaction does.
 

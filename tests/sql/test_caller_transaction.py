@@ -198,7 +198,9 @@ def test_bad_use_is_refused_in_one_line(sync_database, outbox_topics, producer):
         _ = txn.message
     with pytest.raises(Boom):
         with txn:
-            with pytest.raises(JoinError, match="takes a SQLAlchemy Session, got str"):
+            with pytest.raises(
+                JoinError, match="takes a SQLAlchemy Session or scoped_session, got str"
+            ):
                 txn.join("session")
             with pytest.raises(CallerTransactionError, match="called already"):
                 txn.join(Session(sync_database.engine))
@@ -358,10 +360,13 @@ def test_kill_between_the_commit_and_the_decision_is_resolved_from_the_log(
 
 
 @pytest.mark.postgres
-def test_a_commit_whose_connection_is_lost_is_left_to_the_check_back(
+def test_a_commit_whose_connection_is_lost_is_decided_by_what_the_server_recorded(
     pg_sync_database: Database, outbox_topics: OutboxTopics
 ):
-    """COMMIT sent, connection gone: maybe committed, so no decision; the log answers later."""
+    """COMMIT sent, connection gone: the client cannot tell, the server can. Here its
+    backend died before committing, so PostgreSQL records the transaction aborted: the
+    block's end reads that and rolls back (session events alone could only say UNKNOW).
+    The check-back, asked all the same, finds no row: UNKNOW while young, then ROLLBACK."""
     database = pg_sync_database
     clock = [time.time()]
     listener = database.listener(grace_seconds=30, clock=lambda: clock[0])
@@ -373,9 +378,8 @@ def test_a_commit_whose_connection_is_lost_is_left_to_the_check_back(
                         session.execute(order(database, txn))
                         txn.join(session)
         assert terminated, "the backend was not terminated before COMMIT"
-        assert txn.result.end_status is EndStatus.LEFT_UNKNOWN
-        assert ops_of(outbox_topics) == []
-        # Here the server died before committing: no row; young, then past the grace.
+        assert txn.result.end_status is EndStatus.ROLLED_BACK
+        assert decided(outbox_topics, txn) == [Resolution.ROLLBACK]
         assert database.log_rows() == {}
         assert listener.check_local_transaction(txn.message) is UNKNOW
         clock[0] += 31
