@@ -1,17 +1,19 @@
 """An asyncio order service: FastAPI's ``POST /orders`` places an order through the outbox.
 
-The endpoint awaits ``AsyncTransactionProducer.send_message_in_transaction``,
-so a request waiting for Kafka's acknowledgements leaves the event loop free
-for the others. The local transaction is ``AsyncSqlTransactionListener``'s: the
-order row and the outbox's transaction-log row commit in one SQLAlchemy asyncio
-transaction, and a check-back (answered on this service's loop) is a lookup of
-that row. The ``order-created`` event reaches the ``orders`` topic through the
-checker's relay once the order is committed.
+The endpoint places the order in the request's own session (a FastAPI
+dependency), as a service writes its other rows: ``producer.transaction(...)``
+writes the half, the handler inserts the order and joins the session, so the
+outbox's transaction-log row commits (or rolls back) with the order in one
+SQLAlchemy asyncio transaction, and the decision written when the block ends
+follows what the database did. Awaiting Kafka's acknowledgements leaves the
+event loop free for the other requests. The ``order-created`` event reaches the
+``orders`` topic through the checker's relay once the order is committed; a
+check-back (answered on this service's loop by ``AsyncSqlTransactionListener``)
+is a lookup of that row.
 
-``POST /orders/in-request-session`` does the same with the request's own
-session (a FastAPI dependency): ``producer.transaction(...)`` writes the half,
-the handler commits the order in its session with the log row joined to it,
-and the decision follows what the database did.
+``POST /orders/via-listener`` places the same order the other way: the
+listener runs the local transaction itself (``send_message_in_transaction``
+with a business function), for code that has no session of its own at hand.
 
 Run it against a broker with the outbox topics and an ``orders`` topic::
 
@@ -37,7 +39,7 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
 import sqlalchemy as sa
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -74,15 +76,25 @@ class Order(BaseModel):
     total: float
 
 
+DECLINED = "declined: the total must be positive"
+
+
+class OrderDeclined(Exception):
+    """A business rule said no once the order was written: its transaction rolls back."""
+
+
+def insert_order(order: Order, transaction_id: str) -> sa.Insert:
+    return ORDERS.insert().values(
+        reference=order.reference, total=order.total, transaction_id=transaction_id
+    )
+
+
 async def create_order(session: AsyncSession, message: Message, order: Order) -> object:
-    """The business change; the listener adds the log row and commits both, or neither."""
+    """``/orders/via-listener``'s business change; the listener adds the log row and
+    commits both, or neither."""
     if order.total <= 0:
         return LocalTransactionState.ROLLBACK_MESSAGE  # a business rule said no
-    await session.execute(
-        ORDERS.insert().values(
-            reference=order.reference, total=order.total, transaction_id=message.transaction_id
-        )
-    )
+    await session.execute(insert_order(order, message.transaction_id or ""))
     return None
 
 
@@ -123,36 +135,43 @@ def create_app(
     app = FastAPI(title="async order service", lifespan=lifespan)
 
     @app.post("/orders")
-    async def place_order(order: Order, request: Request) -> JSONResponse:
+    async def place_order(order: Order, request: Request, session: RequestSession) -> JSONResponse:
+        """The order and its event's log row in the request's session: one transaction.
+
+        ``session.begin()`` ends (committed, or rolled back by the raise) inside
+        the outbox block, so the decision written on the block's way out is
+        what the database did: COMMIT for a committed order, ROLLBACK for a
+        declined one, nothing (202, the check-back decides) if the COMMIT's
+        answer was lost.
+        """
+        producer: AsyncTransactionProducer = request.app.state.producer
+        message = Message(events_topic, order.model_dump_json(), key=order.reference)
+        transaction = producer.transaction(message)
+        declined = None
+        try:
+            async with transaction as txn, session.begin():
+                await session.execute(insert_order(order, txn.transaction_id))
+                await txn.join(session)  # the log row, in this transaction
+                if order.total <= 0:
+                    raise OrderDeclined(DECLINED)
+        except OrderDeclined as refusal:
+            declined = str(refusal)  # rolled back, order and log row alike
+        assert transaction.result is not None  # the block ended: its decision is written
+        return _response(transaction.result, declined)
+
+    @app.post("/orders/via-listener")
+    async def place_order_via_listener(order: Order, request: Request) -> JSONResponse:
+        """The listener's form: it opens, commits or rolls back the session itself."""
         producer: AsyncTransactionProducer = request.app.state.producer
         message = Message(events_topic, order.model_dump_json(), key=order.reference)
         result = await producer.send_message_in_transaction(message, order)
-        return _response(result)
-
-    @app.post("/orders/in-request-session")
-    async def place_order_in_request_session(
-        order: Order, request: Request, session: RequestSession
-    ) -> JSONResponse:
-        producer: AsyncTransactionProducer = request.app.state.producer
-        message = Message(events_topic, order.model_dump_json(), key=order.reference)
-        async with producer.transaction(message) as txn, session.begin():
-            await session.execute(
-                ORDERS.insert().values(
-                    reference=order.reference,
-                    total=order.total,
-                    transaction_id=txn.transaction_id,
-                )
-            )
-            await txn.join(session)
-            if order.total <= 0:  # a business rule said no: the session rolls back
-                raise HTTPException(422, "declined: the total must be positive")
-        assert txn.result is not None
-        return _response(txn.result)
+        declined = DECLINED if order.total <= 0 else None
+        return _response(result, declined)
 
     return app
 
 
-def _response(result: TransactionSendResult) -> JSONResponse:
+def _response(result: TransactionSendResult, declined: str | None = None) -> JSONResponse:
     """201 placed, 422 declined by a business rule, 500 failed, 202 when unknown yet."""
     body: dict[str, Any] = {
         "transaction_id": result.transaction_id,
@@ -165,6 +184,8 @@ def _response(result: TransactionSendResult) -> JSONResponse:
     if result.local_transaction_error is not None:
         body["error"] = str(result.local_transaction_error)
     if state is LocalTransactionState.ROLLBACK_MESSAGE:
+        if "error" not in body and declined is not None:
+            body["declined"] = declined
         return JSONResponse(body, status_code=500 if "error" in body else 422)
     return JSONResponse(body, status_code=202)  # UNKNOW: the check-back will settle it
 

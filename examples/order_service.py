@@ -1,9 +1,12 @@
 """A small order service that publishes ``order-created`` events through the outbox.
 
-The local transaction is one SQLAlchemy transaction (``SqlTransactionListener``):
-the order row and the outbox's transaction-log row commit together, so a
+Each order is placed in the service's own database transaction, as a web
+service places it in its request's session: ``producer.transaction(message)``
+writes the half, ``txn.join(session)`` puts the outbox's transaction-log row
+into the session's transaction beside the order row, and the decision follows
+what the database did with them (committed: published; rolled back: not). So a
 check-back, whether this service or ``outbox checker --resolve-from-db``
-answers it, is a lookup of that row.
+answers it, is a lookup of that row, which ``SqlTransactionListener`` does.
 
 Run it against a broker with the outbox topics and an ``orders`` topic::
 
@@ -30,9 +33,10 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from outbox import LocalTransactionState, Message, ProducerSettings, TransactionProducer
+from outbox import Message, ProducerSettings, TransactionProducer, TransactionSendResult
 from outbox.config import BOOTSTRAP_ENV
 from outbox.protocol import DEFAULT_PREFIX
 from outbox.sql import DATABASE_URL_ENV, SqlTransactionListener, create_engine, upgrade
@@ -52,12 +56,31 @@ ORDERS = sa.Table(
 )
 
 
-def create_order(session: Session, message: Message, order: dict[str, Any]) -> object:
-    """The business change; the listener adds the log row and commits both, or neither."""
-    if order["total"] <= 0:
-        return LocalTransactionState.ROLLBACK_MESSAGE  # a business rule said no
-    session.execute(ORDERS.insert().values(reference=order["id"], total=order["total"]))
-    return None
+class OrderDeclined(Exception):
+    """A business rule said no once the order was written: its transaction rolls back."""
+
+
+def place_order(
+    producer: TransactionProducer, engine: Engine, topic: str, order: dict[str, Any]
+) -> TransactionSendResult:
+    """Write the order and its event's log row in one transaction; publish if it commits.
+
+    The half is written when the outer block is entered; the session's
+    transaction ends (``session.begin()``: committed, or rolled back by the
+    raise) before the block does, so the decision the block writes on its way
+    out is the database's: COMMIT for a committed order, ROLLBACK for a declined one.
+    """
+    transaction = producer.transaction(Message(topic, json.dumps(order), key=order["id"]))
+    try:
+        with transaction as txn, Session(engine) as session, session.begin():
+            session.execute(ORDERS.insert().values(reference=order["id"], total=order["total"]))
+            txn.join(session)  # the log row, in this transaction
+            if order["total"] <= 0:
+                raise OrderDeclined(f"{order['id']}: the total must be positive")
+    except OrderDeclined:
+        pass  # rolled back, order and log row alike: the result says ROLLBACK
+    assert transaction.result is not None  # the block ended: its decision is written
+    return transaction.result
 
 
 def build_parser(environ: Mapping[str, str] = os.environ) -> argparse.ArgumentParser:
@@ -108,12 +131,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         engine = create_engine(args.database_url or f"sqlite:///{Path(scratch) / 'orders.db'}")
         upgrade(engine)  # the transaction-log table, by the outbox's migrations
         ORDERS.metadata.create_all(engine)  # the service's own table
-        listener = SqlTransactionListener(sessionmaker(engine), create_order, group=GROUP)
+        # No business function: the orders commit in place_order's own transactions, and
+        # the listener answers the check-backs from the log table their rows went into.
+        listener = SqlTransactionListener(sessionmaker(engine), None, group=GROUP)
         listener.verify()
         with TransactionProducer(GROUP, listener, settings) as producer:
             for order in orders:
-                message = Message(args.topic, json.dumps(order), key=order["id"])
-                result = producer.send_message_in_transaction(message, order)
+                result = place_order(producer, engine, args.topic, order)
                 print(
                     f"{order['id']}: {result.local_transaction_state.name} -> "
                     f"{result.end_status.name}"
