@@ -31,22 +31,64 @@ whole half topic and cannot tell a resumed copy from a put-back one.
 
 Readers of the discard topic must skip records whose kind is not ``discard``
 (``list`` does). A discarded half that was malformed cannot be resumed: there is
-nothing valid to put back; it stays listed with the decoding problem. Nor can an
-``unpublishable`` one (committed, its real record refused by the real topic): its
-decision is made, so a copy put back would only collect a second decision,
-which the relay ignores; it stays listed with the reason.
+nothing valid to put back; it stays listed with the decoding problem.
+
+**Unpublishable discards are published, not put back.** The relay discards a
+*committed* half whose real record the real topic refuses (the topic is gone,
+the record is over its ``max.message.bytes``). Put back, such a half would only
+collect a second decision, which the relay ignores; so once the cause is fixed
+the resume publishes the real record itself, the very record the relay would
+have (:meth:`HalfRecord.to_real_record`), exactly once by the same construction
+as a put-back: the real record and its marker (naming the real topic, partition
+and offset) are written in one Kafka transaction under the shared resume id, and
+markers are read only after ``init_transactions``. So:
+
+- two resumes at once: the later ``init_transactions`` aborts the earlier's open
+  transaction and fences it (its commit fails), or waits for its commit to
+  complete and then reads its marker; never both publish;
+- a crash anywhere: the record and its marker are committed together or not at
+  all; nothing comes after the commit that a crash could lose;
+- op retention: nothing here reads the op topic. The relay cannot publish the
+  half a second time either: it discarded it at the half's *first* commit, in the
+  transaction that committed that op's offset, and no copy is put back to be
+  decided again. (Retention of the discard topic deletes a discard before its
+  marker, which is written later.)
+
+Before it writes, the resume asks the same question the relay did
+(:func:`~outbox_checker.relay.real_record_problem`: the topic exists, the
+partition too, the record fits the topic's and the client's limits); a record
+that still does not fit is refused in one line naming the cause, nothing is
+written, and it stays resumable.
+
+The markers are read up to the discard topic's high watermark, not its last
+stable offset: a transaction opened on the discard topic before a marker (a
+relay or a round writing discards) and still open holds the last stable offset
+below that marker, and a resume reading only that far would not see it and put
+back or publish a second time. The resume waits for such a transaction to end.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient
+from outbox_checker.kafka_reader import end_offsets
+from outbox_checker.relay import real_record_problem
 from outbox_checker.transactional import remember_offset, transactional_config
 
+from outbox.access import principal_of
 from outbox.config import KafkaSettings
 from outbox.errors import KafkaUnavailableError, OutboxError, TopicAdminError
 from outbox.protocol import (
@@ -61,6 +103,8 @@ from outbox.protocol import (
     TopicNames,
 )
 from outbox.reading import read_topic
+from outbox.size_limits import SizeLimits
+from outbox.topic_catalog import TopicCatalog
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +118,11 @@ RESUME_TRANSACTION_TIMEOUT_MS = 60_000
 """librdkafka's default ``transaction.timeout.ms``, which a resume has always had."""
 CLOCK_MARGIN_MS = 60_000
 """How far the clocks of a half's writer and of its decisions' writers may disagree."""
+SETTLE_PAUSE = 0.1
+"""Between readings of the discard topic's last stable offset while a transaction holds it."""
+_MISMATCH_DETAIL = "which belongs to transaction"
+"""In the detail of an unpublishable discard an older relay wrote with another transaction's
+half (an op naming a half that was not its own): never publishable as the committed one."""
 
 
 class ResumeFencedError(OutboxError):
@@ -89,8 +138,18 @@ def resume_transactional_id(topics: TopicNames) -> str:
 
 
 @dataclass(frozen=True)
+class Publication:
+    """Where a resume published the real record of an unpublishable discard."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True)
 class ResumeMarker:
-    """The record saying a discard was resumed, and where its half went back."""
+    """The record saying a discard was resumed: where its half went back, or, for an
+    unpublishable discard, the half it settles and where its real record was published."""
 
     transaction_id: str
     discard_partition: int
@@ -98,6 +157,7 @@ class ResumeMarker:
     half_partition: int
     half_offset: int
     resumed_ms: int
+    published: Publication | None = None
 
     def to_record(self, topics: TopicNames) -> OutgoingRecord:
         headers = [
@@ -109,6 +169,12 @@ class ResumeMarker:
             (Header.HALF_OFFSET.value, str(self.half_offset).encode()),
             (RESUMED_MS_HEADER, str(self.resumed_ms).encode()),
         ]
+        if self.published is not None:
+            headers += [
+                (Header.REAL_TOPIC.value, self.published.topic.encode()),
+                (Header.REAL_PARTITION.value, str(self.published.partition).encode()),
+                (Header.REAL_OFFSET.value, str(self.published.offset).encode()),
+            ]
         return OutgoingRecord(topics.discard, self.transaction_id.encode(), None, headers)
 
     @classmethod
@@ -124,10 +190,23 @@ class ResumeMarker:
                 half_partition=int(_required(raw, Header.HALF_PARTITION.value)),
                 half_offset=int(_required(raw, Header.HALF_OFFSET.value)),
                 resumed_ms=int(_required(raw, RESUMED_MS_HEADER)),
+                published=_publication(raw),
             )
         except ValueError as exc:
             log.warning("ignoring a broken resume marker at %s[%d]@%d: %s", *_at(raw), exc)
             return None
+
+
+def _publication(raw: RawRecord) -> Publication | None:
+    """The real record a marker names, if it names one (a published discard's marker)."""
+    topic = raw.header_text(Header.REAL_TOPIC.value)
+    if topic is None:
+        return None
+    return Publication(
+        topic,
+        int(_required(raw, Header.REAL_PARTITION.value)),
+        int(_required(raw, Header.REAL_OFFSET.value)),
+    )
 
 
 def _required(raw: RawRecord, name: str) -> str:
@@ -161,19 +240,21 @@ class DiscardedHalf:
         if record.reason is DiscardReason.MALFORMED:
             why = record.detail or "undecodable"
             return cls(raw, record, None, f"it was discarded as malformed ({why})")
-        if record.reason is DiscardReason.UNPUBLISHABLE:
-            why = record.detail or "unpublishable"
+        committed = record.reason is DiscardReason.UNPUBLISHABLE
+        if committed and _MISMATCH_DETAIL in (record.detail or ""):
             return cls(
                 raw,
                 record,
                 None,
-                f"it is already committed and its record could not be published ({why}); "
-                "put back, it would be asked about again and the answer, a second decision, "
-                "publishes nothing: fix the cause and publish the record listed here yourself",
+                f"it holds the half of another transaction ({record.detail}): "
+                "there is nothing of the committed one to publish",
             )
         try:
             return cls(raw, record, record.original_half(), None)
         except MalformedRecordError as exc:
+            if committed:  # the relay kept what it knew of a half that was gone
+                why = f"it is committed, but its half was not there to keep ({record.detail})"
+                return cls(raw, record, None, f"{why}: there is nothing to publish")
             return cls(raw, record, None, f"the discarded half does not decode: {exc}")
 
     @property
@@ -196,6 +277,11 @@ class DiscardedHalf:
     @property
     def resumable(self) -> bool:
         return self.problem is None
+
+    @property
+    def committed(self) -> bool:
+        """Whether the relay discarded it at its commit: a resume publishes, not puts back."""
+        return self.record is not None and self.record.reason is DiscardReason.UNPUBLISHABLE
 
     def half_identity(self) -> tuple[int, int]:
         """The discarded half's partition and origin offset, shared by all its copies."""
@@ -255,23 +341,36 @@ class _Plan:
     settles: list[DiscardedHalf]
     """Every not-yet-resumed discard of the half (its copies'): its latest settles them all."""
 
-    def half_record(self, topics: TopicNames) -> OutgoingRecord:
-        """The half that goes back: the chosen discard's, check count reset, same identity."""
+    @property
+    def publishes(self) -> bool:
+        """Whether the half is committed (an unpublishable discard): its real record goes out."""
+        return self.chosen.committed
+
+    def outgoing(self, topics: TopicNames) -> OutgoingRecord:
+        """What the resume writes: the committed half's real record, as the relay would have
+        written it; else the half going back, check count reset, same identity."""
         assert self.chosen.half is not None and self.chosen.record is not None
+        if self.publishes:
+            return self.chosen.half.to_real_record()
         record = self.chosen.record
         return self.chosen.half.resumed(record.half_offset).to_record(topics, record.half_partition)
 
-    def markers(self, half_offset: int, resumed_ms: int) -> list[ResumeMarker]:
-        """One marker per discard settled, naming where the half went back (``half_offset``)."""
+    def markers(self, written: tuple[str, int, int], resumed_ms: int) -> list[ResumeMarker]:
+        """One marker per discard settled, naming where :meth:`outgoing` was ``written``
+        (topic, partition, offset): the half's new place, or the published real record."""
         assert self.chosen.half is not None and self.chosen.record is not None
+        record = self.chosen.record
+        topic, partition, offset = written
+        published = Publication(topic, partition, offset) if self.publishes else None
         return [
             ResumeMarker(
                 transaction_id=self.chosen.half.transaction_id,
                 discard_partition=settled.position[0],
                 discard_offset=settled.position[1],
-                half_partition=self.chosen.record.half_partition,
-                half_offset=half_offset,
+                half_partition=record.half_partition,
+                half_offset=record.half_offset if published else offset,
                 resumed_ms=resumed_ms,
+                published=published,
             )
             for settled in self.settles
         ]
@@ -297,17 +396,18 @@ def resume_discards(
     ``past_op_retention``: the relay tells a half's first commit from a second
     by the op history, so with a late commit already published and its op
     deleted by retention, the resumed copy's commit would be published again.
+    An unpublishable discard (committed) is published instead, once its real
+    record can be written; the op history plays no part (module docstring).
     """
     topics = settings.topics
     client = settings.client_config()
-    producer = Producer(
-        transactional_config(
-            client,
-            resume_transactional_id(topics),
-            linger_ms=5,
-            transaction_timeout_ms=RESUME_TRANSACTION_TIMEOUT_MS,
-        )
+    producer_config = transactional_config(
+        client,
+        resume_transactional_id(topics),
+        linger_ms=5,
+        transaction_timeout_ms=RESUME_TRANSACTION_TIMEOUT_MS,
     )
+    producer = Producer(producer_config)
     try:
         producer.init_transactions(timeout)
     except KafkaException as exc:
@@ -316,10 +416,16 @@ def resume_discards(
         partitions = _half_partitions(producer, topics, timeout)
         # Read only now: a resume that committed before our init is visible, one
         # that had not is fenced (see the module docstring).
+        _wait_until_settled(client, topics.discard, timeout)
         discards = read_discards(client, topics, timeout)
         outcome, plans = _plan(discards, transaction_ids, partitions)
+        put_back = [plan for plan in plans if not plan.publishes]
         if not past_op_retention:
-            plans = _within_op_history(plans, outcome, client, topics, timeout)
+            put_back = _within_op_history(put_back, outcome, client, topics, timeout)
+        publish = _publishable(
+            [plan for plan in plans if plan.publishes], outcome, producer_config, timeout
+        )
+        plans = put_back + publish
         for start in range(0, len(plans), chunk):
             outcome.resumed += _write(
                 producer, topics, plans[start : start + chunk], now_ms, timeout
@@ -327,6 +433,31 @@ def resume_discards(
         return outcome
     finally:
         producer.flush(timeout)
+
+
+def _wait_until_settled(client_config: dict[str, Any], topic: str, timeout: float) -> None:
+    """Wait until every transaction open on ``topic`` now has ended, so a read_committed
+    reading sees every record stored so far (the module docstring says why)."""
+    admin = AdminClient(client_config)
+    try:
+        described = admin.list_topics(topic, timeout=timeout).topics.get(topic)
+    except KafkaException as exc:
+        raise KafkaUnavailableError(f"cannot reach Kafka within {timeout:g}s: {exc}") from None
+    if described is None or described.error is not None or not described.partitions:
+        raise TopicAdminError(f"topic {topic} does not exist: run `outbox topics create`")
+    partitions = sorted(described.partitions)
+    stored = end_offsets(admin, topic, partitions, IsolationLevel.READ_UNCOMMITTED, timeout)
+    deadline = time.monotonic() + timeout
+    while True:
+        stable = end_offsets(admin, topic, partitions, IsolationLevel.READ_COMMITTED, timeout)
+        if all(stable[p] >= end for p, end in stored.items()):
+            return
+        if time.monotonic() > deadline:
+            raise KafkaUnavailableError(
+                f"a Kafka transaction open on {topic} did not end within {timeout:g}s; "
+                "the resume cannot read every resume marker: run it again later"
+            )
+        time.sleep(SETTLE_PAUSE)
 
 
 def _half_partitions(producer: Producer, topics: TopicNames, timeout: float) -> int:
@@ -376,8 +507,44 @@ def _plan(
                 outcome.refused.append((label, problem))
         # One half back per discarded half, never per id: a reused id names several halves,
         # and each must be asked about (a discard settled by another's copy is lost).
-        plans += [_Plan(max(usable, key=_latest), usable) for usable in by_half.values()]
+        plans += [_Plan(_chosen(usable), usable) for usable in by_half.values()]
     return outcome, plans
+
+
+def _chosen(usable: list[DiscardedHalf]) -> DiscardedHalf:
+    """The discard a half's resume acts on: its latest, or its latest committed one (a
+    half the relay found committed is published; put back, it would publish nothing)."""
+    committed = [discard for discard in usable if discard.committed]
+    return max(committed or usable, key=_latest)
+
+
+def _publishable(
+    plans: list[_Plan],
+    outcome: ResumeOutcome,
+    producer_config: dict[str, Any],
+    timeout: float,
+) -> list[_Plan]:
+    """The publishing plans whose real record can be written now; the others refused,
+    in one line naming the cause, and left resumable for a later run."""
+    if not plans:
+        return plans
+    catalog = TopicCatalog(AdminClient(producer_config), timeout, principal_of(producer_config))
+    limits = SizeLimits(catalog, producer_config)
+    kept = []
+    for plan in plans:
+        assert plan.chosen.half is not None
+        problem = real_record_problem(catalog, limits, plan.chosen.half.to_real_record())
+        if problem is None:
+            kept.append(plan)
+            continue
+        outcome.refused.append(
+            (
+                plan.chosen.half.transaction_id,
+                f"it is committed but its real record still cannot be published: {problem}; "
+                "fix that and resume it again",
+            )
+        )
+    return kept
 
 
 def _within_op_history(
@@ -448,25 +615,25 @@ def _write(
     now_ms: Callable[[], int],
     timeout: float,
 ) -> list[Resumed]:
-    """One Kafka transaction: the halves back, then the markers naming where they went."""
+    """One Kafka transaction: the halves back and the real records of the committed ones,
+    then the markers naming where they went."""
     try:
         producer.begin_transaction()
-        offsets: list[list[int]] = []
+        written: list[list[tuple[str, int, int]]] = []
         for plan in plans:
-            offset: list[int] = []
-            producer.produce(
-                **plan.half_record(topics).produce_kwargs(), on_delivery=remember_offset(offset)
-            )
-            offsets.append(offset)
-        if producer.flush(timeout) > 0 or not all(offsets):
+            where: list[tuple[str, int, int]] = []
+            record = plan.outgoing(topics)
+            producer.produce(**record.produce_kwargs(), on_delivery=_remember_place(where))
+            written.append(where)
+        if producer.flush(timeout) > 0 or not all(written):
             raise KafkaException(
-                KafkaError(KafkaError._TIMED_OUT, "halves not acknowledged at known offsets")
+                KafkaError(KafkaError._TIMED_OUT, "records not acknowledged at known offsets")
             )
         resumed_ms = now_ms()
         done: list[Resumed] = []
-        for plan, offset in zip(plans, offsets, strict=True):
+        for plan, where in zip(plans, written, strict=True):
             for settled, marker in zip(
-                plan.settles, plan.markers(offset[0], resumed_ms), strict=True
+                plan.settles, plan.markers(where[0], resumed_ms), strict=True
             ):
                 producer.produce(**marker.to_record(topics).produce_kwargs())
                 if settled is plan.chosen:
@@ -488,3 +655,19 @@ def _write(
                 "run `outbox discard list` to see what is still discarded"
             ) from None
         raise KafkaUnavailableError(f"resuming discarded halves: {error}") from None
+
+
+def _remember_place(into: list[tuple[str, int, int]]) -> Callable[[KafkaError | None, Any], None]:
+    """:func:`remember_offset`, with the topic and partition: a real record's partition is the
+    partitioner's choice, and its marker names it."""
+    offsets: list[int] = []
+    remember = remember_offset(offsets)
+
+    def delivered(error: KafkaError | None, message: Any) -> None:
+        if error is not None:  # a fenced producer's report: asking it for more raises
+            return
+        remember(error, message)
+        if offsets:
+            into.append((message.topic(), message.partition(), offsets[-1]))
+
+    return delivered

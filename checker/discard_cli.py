@@ -1,8 +1,9 @@
 """``outbox discard list|resume``: the command line over :mod:`checker.discard`.
 
 Why resuming is safe to repeat (resume markers written in one Kafka transaction
-with the halves they put back) is explained there; this module reads the
-operator's options, runs it, and shows the outcome.
+with the halves they put back, or with the real records of committed halves the
+relay could not publish) is explained there; this module reads the operator's
+options, runs it, and shows the outcome.
 """
 
 from __future__ import annotations
@@ -11,7 +12,13 @@ import time
 from typing import Annotated, Any
 
 import typer
-from outbox_checker.discard import DiscardedHalf, ResumeOutcome, read_discards, resume_discards
+from outbox_checker.discard import (
+    DiscardedHalf,
+    ResumeMarker,
+    ResumeOutcome,
+    read_discards,
+    resume_discards,
+)
 from outbox_checker.display import iso_ms
 from outbox_checker.settings import CheckerSettings
 from rich.table import Table
@@ -30,6 +37,15 @@ discard_app = typer.Typer(
 
 def _position(partition: int | None, offset: int | None) -> str:
     return "-" if partition is None or offset is None else f"{partition}@{offset}"
+
+
+def _went(marker: ResumeMarker) -> str:
+    """Where a resume sent a discard: its half back to a half partition, or, for a committed
+    half, its real record published (the one thing the operator then looks for)."""
+    if marker.published is not None:
+        where = marker.published
+        return f"published to {where.topic} {_position(where.partition, where.offset)}"
+    return f"half back at {_position(marker.half_partition, marker.half_offset)}"
 
 
 def discards_table(discards: list[DiscardedHalf], title: str, with_resumed: bool) -> Table:
@@ -52,7 +68,7 @@ def discards_table(discards: list[DiscardedHalf], title: str, with_resumed: bool
         else:
             table.add_column(column, overflow="fold")
     for discard in discards:
-        shown = discard_document(discard)
+        shown, marker = discard_document(discard), discard.resumed
         row = [
             shown["transaction_id"] or "-",
             shown["producer_group"] or "-",
@@ -64,13 +80,7 @@ def discards_table(discards: list[DiscardedHalf], title: str, with_resumed: bool
             _position(shown["half_partition"], shown["half_offset"]),
         ]
         if with_resumed:
-            marker = shown["resumed"]
-            row.append(
-                f"{iso_ms(marker['resumed_ms'])} -> "
-                f"{_position(marker['half_partition'], marker['half_offset'])}"
-                if marker
-                else "-"
-            )
+            row.append(f"{iso_ms(marker.resumed_ms)}: {_went(marker)}" if marker else "-")
         table.add_row(*row)
     return table
 
@@ -98,6 +108,13 @@ def discard_document(discard: DiscardedHalf) -> dict[str, Any]:
             "resumed_ms": marker.resumed_ms,
             "half_partition": marker.half_partition,
             "half_offset": marker.half_offset,
+            "published": None
+            if marker.published is None
+            else {
+                "topic": marker.published.topic,
+                "partition": marker.published.partition,
+                "offset": marker.published.offset,
+            },
         },
     }
 
@@ -137,7 +154,11 @@ def _now_ms() -> int:
 def _retention_warning(outcome: ResumeOutcome, now: int) -> str | None:
     hours = CheckerSettings.model_fields["retention_hours"].default
     horizon = now - int(hours * 3600 * 1000)
-    old = [r for r in outcome.resumed if r.source.half and r.source.half.born_ms < horizon]
+    old = [
+        r
+        for r in outcome.resumed
+        if r.marker.published is None and r.source.half and r.source.half.born_ms < horizon
+    ]
     if not old:
         return None
     return (
@@ -168,11 +189,12 @@ def resume_command(
     *,
     settings: KafkaSettings,
 ) -> None:
-    """Put discarded halves back into the half topic with the check count reset.
+    """Put discarded halves back into the half topic with the check count reset;
+    publish committed ones the relay could not (unpublishable) once their cause is fixed.
 
-    Idempotent: a discard already resumed is not put back twice. Exits 1 if a
-    named transaction id has no discard or cannot be resumed (malformed); the
-    others are resumed all the same.
+    Idempotent: a discard already resumed is not put back, nor published, twice. Exits 1
+    if a named transaction id has no discard or cannot be resumed (malformed, or its real
+    record still does not fit or has no topic); the others are resumed all the same.
     """
     if bool(transaction_ids) == resume_all:
         raise typer.BadParameter("give transaction ids or --all (not both)")
@@ -186,8 +208,8 @@ def resume_command(
     console = make_console()
     errors = make_console(stderr=True)
     if outcome.resumed:
-        table = Table(title=f"resumed into {settings.topics.half}")
-        for column in ("transaction id", "reason", "discarded at", "back at partition@offset"):
+        table = Table(title="resumed")
+        for column in ("transaction id", "reason", "discarded at", "went to partition@offset"):
             table.add_column(column, overflow="fold")
         for item in outcome.resumed:
             record = item.source.record
@@ -195,7 +217,7 @@ def resume_command(
                 item.transaction_id,
                 record.reason.value if record else "-",
                 iso_ms(record.discarded_ms) if record else "-",
-                _position(item.marker.half_partition, item.marker.half_offset),
+                _went(item.marker),
             )
         console.print(table)
     for discard in outcome.already:
@@ -203,7 +225,7 @@ def resume_command(
         assert marker is not None
         console.print(
             f"already resumed: {discard.transaction_id} at {iso_ms(marker.resumed_ms)} "
-            f"(half at {_position(marker.half_partition, marker.half_offset)}); not resumed again",
+            f"({_went(marker)}); not resumed again",
             highlight=False,
         )
     for label, why in outcome.refused:
@@ -226,7 +248,10 @@ def resume_command(
     warning = _retention_warning(outcome, _now_ms())
     if warning:
         console.print(warning, highlight=False)
-    console.print(f"resumed: {len(outcome.resumed)} half(s)", highlight=False)
+    published = sum(1 for item in outcome.resumed if item.marker.published is not None)
+    console.print(
+        f"resumed: {len(outcome.resumed)} half(s), {published} of them published", highlight=False
+    )
     if outcome.unknown or (outcome.refused and not resume_all):
         raise typer.Exit(1)
 

@@ -99,6 +99,7 @@ from outbox.topic_catalog import TopicCatalog
 log = logging.getLogger(__name__)
 
 _PRODUCER_GROUP = Header.PRODUCER_GROUP.value
+_TRANSACTION_ID = Header.TRANSACTION_ID.value
 _MAX_BACKOFF = 2.0
 _HALF_WAIT_PAUSE = 0.05
 """Pause between readings of an op partition held at a half behind an open transaction."""
@@ -781,7 +782,11 @@ class Relay:
                     problem,
                     self._topics.discard,
                 )
-                raw = halves.get(op.half_offset) or _stand_in_half(self._topics, op)
+                raw = halves.get(op.half_offset)
+                if raw is None or raw.header_text(_TRANSACTION_ID) != op.transaction_id:
+                    # Never another transaction's half: `outbox discard resume` publishes
+                    # what an unpublishable discard holds, as the committed transaction's.
+                    raw = _stand_in_half(self._topics, op)
                 discard = DiscardRecord.of_half(
                     raw, DiscardReason.UNPUBLISHABLE, self._now_ms(), problem
                 )
@@ -802,13 +807,7 @@ class Relay:
                 f"the op names half {op.half_partition}:{op.half_offset}, which belongs to "
                 f"transaction {transaction_id}"
             )
-        try:
-            facts = self._catalog.get(record.topic)
-        except InvalidMessageError as exc:
-            return None, str(exc)
-        if record.partition is not None and record.partition >= facts.partitions:
-            return None, f"partition {record.partition} of {record.topic!r} does not exist"
-        problem = self._limits.problem("real record", record)
+        problem = real_record_problem(self._catalog, self._limits, record)
         if problem is not None:
             return None, problem
         return record, ""
@@ -982,6 +981,24 @@ class Relay:
                 offset = batch[-1].offset + 1
 
         return read
+
+
+def real_record_problem(
+    catalog: TopicCatalog, limits: SizeLimits, record: OutgoingRecord
+) -> str | None:
+    """Why the real record of a committed half cannot be written now; None when it can.
+
+    The relay's test before it publishes, and `outbox discard resume`'s before it
+    publishes an unpublishable discard once its cause is fixed: one test, so the
+    two never disagree on what "fixed" means.
+    """
+    try:
+        facts = catalog.get(record.topic)
+    except InvalidMessageError as exc:
+        return str(exc)
+    if record.partition is not None and record.partition >= facts.partitions:
+        return f"partition {record.partition} of {record.topic!r} does not exist"
+    return limits.problem("real record", record)
 
 
 def _decode(raw: RawRecord) -> Decision | None:

@@ -39,6 +39,7 @@ class Header(StrEnum):
     DISCARD_PARTITION = "outbox-discard-partition"  # a resume marker names its discard record
     DISCARD_OFFSET = "outbox-discard-offset"
     RESUMED_MS = "outbox-resumed-ms"
+    REAL_OFFSET = "outbox-real-offset"  # a resume marker names the real record it published
     ORIGIN_OFFSET = "outbox-origin-offset"
     """On put-back copies, check requests and ops: the offset of the transaction's original
     half in its half partition. (partition, origin offset) is a half's identity: every copy

@@ -317,18 +317,65 @@ def test_commands(discards, kafka_bootstrap):
     assert [h.transaction_id for _, h in discards.halves()] == ["cli-a"]
 
 
-def test_an_unpublishable_discard_is_refused_saying_a_resume_cannot_publish_it(discards):
-    """The relay discards a committed half it cannot publish (its topic gone, too large). Put
-    back, it would be asked about again, and the answer, a second decision, publishes nothing:
-    the resume would look done and never publish. It is refused with the reason instead."""
+def test_an_unpublishable_discard_whose_topic_is_still_missing_is_refused_naming_it(discards):
+    """The relay discards a committed half it cannot publish (its topic gone, too large). A
+    resume publishes it (tests/checker/test_discard_publish.py) once the cause is fixed, never
+    puts it back (the answer, a second decision, would publish nothing); while its real topic
+    ("orders") still does not exist, it is refused naming that, and nothing is written."""
     discards.discard(a_half("committed"), reason=DiscardReason.UNPUBLISHABLE)
     discards.discard(a_half("unanswered"))
     outcome = discards.resume("committed", "unanswered")
     assert [r.transaction_id for r in outcome.resumed] == ["unanswered"]
     ((label, why),) = outcome.refused
     assert label == "committed"
-    assert "already committed" in why and "publishes nothing" in why
+    assert "still cannot be published" in why and "'orders' does not exist" in why
     assert [h.transaction_id for _, h in discards.halves()] == ["unanswered"]
+
+
+def test_an_unpublishable_discard_without_its_half_is_refused(discards):
+    """The relay keeps what it knows of a committed half that was gone (its op's facts): a
+    resume has nothing to publish."""
+    half = a_half("gone")
+    record = half.to_record(discards.topics, 1)
+    stand_in = RawRecord(
+        discards.topics.half,
+        1,
+        7,
+        headers=tuple(h for h in record.headers if h[0] == Header.TRANSACTION_ID.value),
+    )
+    discards._write(DiscardRecord.of_half(stand_in, DiscardReason.UNPUBLISHABLE, NOW_MS, "gone"))
+    ((label, why),) = discards.resume("gone").refused
+    assert label == "gone" and "nothing to publish" in why
+
+
+def test_a_resume_waits_for_a_transaction_open_on_the_discard_topic(discards):
+    """A transaction opened on the discard topic before a resume's marker (a round writing
+    discards) holds the last stable offset below the marker: a second resume reading only that
+    far missed the marker and put the half back again. It waits for the transaction to end."""
+    discards.discard(a_half("a"))
+    other = Producer({**discards.config, "transactional.id": f"{discards.topics.prefix}.round"})
+    other.init_transactions(30)
+    other.begin_transaction()
+    # keyed as the marker will be, so on its partition, before it
+    other.produce(discards.topics.discard, key=b"a", value=None, headers=[("outbox-kind", b"x")])
+    assert other.flush(30) == 0
+    results: list[object] = []
+    done = threading.Event()
+
+    def resume_twice() -> None:
+        try:
+            results.append(discards.resume("a"))
+            results.append(discards.resume("a"))
+        except Exception as exc:  # reported by the assertion below
+            results.append(exc)
+        done.set()
+
+    threading.Thread(target=resume_twice, daemon=True).start()
+    done.wait(5)  # the resumes read while the transaction is open
+    other.commit_transaction(30)
+    assert done.wait(120)
+    assert [type(r).__name__ for r in results] == ["ResumeOutcome", "ResumeOutcome"]
+    assert len(discards.halves()) == 1
 
 
 def test_list_as_json_holds_what_the_table_shows(discards, kafka_bootstrap):
