@@ -52,7 +52,13 @@ def checker_panel(field: str) -> str:
         return "Answers from the database"
     if field in ("http_address", "health_stall_seconds", "log_level"):
         return "Probes and logs"
-    if field in ("checker_group", "instance_id", "start_timeout_seconds", "session_timeout_ms"):
+    if field in (
+        "checker_group",
+        "instance_id",
+        "start_timeout_seconds",
+        "unreachable_report_seconds",
+        "session_timeout_ms",
+    ):
         return "Kafka"
     return "Check rounds (RocketMQ's)"
 

@@ -19,8 +19,10 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
 from outbox_checker import metrics
 from outbox_checker.ended import EndedTransactions
 from outbox_checker.kafka_reader import KafkaPartitionReader, TopicCursor, watermarks
@@ -44,7 +46,9 @@ from tenacity import Retrying, retry_if_exception_type, wait_exponential
 
 from outbox.access import connect, is_authorization_failure
 from outbox.admin import TopicSpec, ensure_topics
+from outbox.durations import format_duration
 from outbox.errors import (
+    ConnectionSecurityError,
     DuplicateInstanceError,
     KafkaUnavailableError,
     NotAuthorizedError,
@@ -110,9 +114,7 @@ class Checker:
         self.progress_at = clock()
         """When the loop last had no round due, or completed one (the checker's clock)."""
         client = settings.client_config()
-        self._admin = connect(
-            client, settings, settings.bootstrap_servers, settings.start_timeout_seconds
-        )
+        self._admin = wait_for_cluster(client, settings)
         self._static_id = settings.stable_instance_id
         """Its id if it survives restarts: then a static member (:mod:`checker.membership`)."""
         instance = self._static_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -583,6 +585,104 @@ class Checker:
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
+
+
+FIRST_UNREACHABLE_REPORT_SECONDS = 5.0
+"""How long a cluster may stay silent at start before the checker says so: a broker
+started with it (compose) answers well within it, a wrong address never does."""
+
+_TCP_PROBE_SECONDS = 2.0
+"""How long one TCP connection of the diagnosis may take: the report waits for it."""
+
+
+def wait_for_cluster(client: dict[str, Any], settings: CheckerSettings) -> AdminClient:
+    """An admin client of the cluster, once it answers; :func:`~outbox.access.connect`'s
+    wait, asked for in slices so that a cluster that does not answer is reported.
+
+    Each slice that ends unanswered is one warning naming the bootstrap servers and what
+    a connection to each met (:func:`unreachable_because`): the first after 5 s at most,
+    then every ``unreachable_report_seconds``; after ``start_timeout_seconds`` the error.
+    A wrong address used to leave the checker silent for the whole start timeout (the
+    probe's own log is kept quiet: librdkafka would repeat its failure every second).
+    A failed login or TLS handshake still ends the wait at once.
+    """
+    bootstrap = settings.bootstrap_servers
+    started = time.monotonic()
+    deadline = started + settings.start_timeout_seconds
+    report_at = started + min(FIRST_UNREACHABLE_REPORT_SECONDS, settings.unreachable_report_seconds)
+    reported = False
+    while True:
+        wait = max(0.1, min(deadline, report_at) - time.monotonic())
+        try:
+            admin = connect(client, settings, bootstrap, wait)
+        except ConnectionSecurityError:
+            raise
+        except KafkaUnavailableError:
+            because = unreachable_because(bootstrap, settings.security_protocol)
+            if time.monotonic() >= deadline:
+                raise KafkaUnavailableError(
+                    f"cannot reach Kafka at {bootstrap} within"
+                    f" {settings.start_timeout_seconds:g}s: {because}"
+                ) from None
+            log.warning(
+                "cannot reach Kafka at %s (bootstrap servers) for %s: %s; still trying,"
+                " exiting after %s without an answer (start_timeout_seconds)",
+                bootstrap,
+                format_duration(round(time.monotonic() - started)),
+                because,
+                format_duration(settings.start_timeout_seconds),
+            )
+            reported = True
+            report_at = time.monotonic() + settings.unreachable_report_seconds
+            continue
+        if reported:
+            log.info(
+                "reached Kafka at %s after %s",
+                bootstrap,
+                format_duration(round(time.monotonic() - started)),
+            )
+        return admin
+
+
+def unreachable_because(bootstrap: str, protocol: str = "PLAINTEXT") -> str:
+    """What a TCP connection to each of the bootstrap servers meets, in words: librdkafka
+    keeps it to its log, and its metadata request only says "Broker transport failure"."""
+    return "; ".join(_tcp_outcome(address, protocol) for address in bootstrap.split(","))
+
+
+def _tcp_outcome(address: str, protocol: str) -> str:
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:
+        return f"{address}: host name does not resolve ({_reason(exc)})"
+    outcomes: dict[str, list[str]] = {}
+    for family, kind, proto, _, sockaddr in found:
+        ip = str(sockaddr[0])
+        try:
+            with socket.socket(family, kind, proto) as sock:
+                sock.settimeout(_TCP_PROBE_SECONDS)
+                sock.connect(sockaddr)
+        except TimeoutError:
+            reason = f"no answer to a TCP connection within {_TCP_PROBE_SECONDS:g}s"
+        except OSError as exc:
+            reason = _reason(exc)
+        else:
+            return (
+                f"{address}: {ip} accepts TCP connections, but no Kafka answer came back (is it"
+                f" a Kafka listener for security_protocol {protocol}?)"
+            )
+        outcomes.setdefault(reason, []).append(ip)
+    if len(outcomes) == 1:
+        ((reason, ips),) = outcomes.items()
+        return f"{address}: {reason}" + ("" if ips == [host] else f" ({', '.join(ips)})")
+    return f"{address}: " + ", ".join(f"{', '.join(ips)} {r}" for r, ips in outcomes.items())
+
+
+def _reason(exc: OSError | UnicodeError) -> str:
+    text = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return text[:1].lower() + text[1:]
 
 
 def freeze_startup_heap() -> None:

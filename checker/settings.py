@@ -121,6 +121,13 @@ class CheckerSettings(KafkaSettings):
         description="how long to wait at start for the cluster to answer (a replica started"
         " during a broker restart waits it out) before exiting with an error",
     )
+    unreachable_report_seconds: Seconds = Field(
+        30.0,
+        ge=1,
+        description="while waiting at start for a cluster that does not answer, say so (naming"
+        " the bootstrap servers and what a connection to each met) this often; the first time"
+        " after 5s at most",
+    )
     health_stall_seconds: Seconds = Field(
         120.0,
         gt=0,
