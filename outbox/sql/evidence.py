@@ -60,7 +60,6 @@ Long enough for other writers' short transactions; a transaction still holding
 the row (a block that ended before its commit) costs this wait once.
 """
 
-_PG_CURRENT_XID = sa.text("SELECT CAST(pg_current_xact_id() AS text)")
 _PG_XACT_STATUS = sa.text("SELECT pg_xact_status(CAST(:xid AS xid8))")
 
 
@@ -76,14 +75,26 @@ class RowHolder:
     xid: str | None = None
 
 
-def holder_of(session: Session) -> RowHolder:
-    """The transaction ``session`` has just written the log row in; read inside it."""
+def holder_columns(session: Session) -> tuple[sa.ColumnElement[Any], ...]:
+    """What the log row's insert returns for :func:`holder_of`: PostgreSQL's transaction id,
+    read by the insert itself (no round trip of its own)."""
+    if session.get_bind().dialect.name != "postgresql":
+        return ()
+    return (sa.cast(sa.func.pg_current_xact_id(), sa.Text),)
+
+
+def holder_of(session: Session, inserted: Any) -> RowHolder:
+    """The transaction ``session`` has just written the log row in.
+
+    ``inserted`` is the insert's returned row (transaction id, then :func:`holder_columns`),
+    or None where it returned none.
+    """
     bind = session.get_bind()
     engine = bind.engine if isinstance(bind, Connection) else bind
     assert isinstance(engine, Engine)
-    if engine.dialect.name != "postgresql":
+    if inserted is None or len(inserted) < 2:
         return RowHolder(engine)
-    return RowHolder(engine, session.execute(_PG_CURRENT_XID).scalar_one())
+    return RowHolder(engine, inserted[1])
 
 
 def outcome_on(
@@ -95,6 +106,9 @@ def outcome_on(
     Never raises: a failed read is no evidence, so the answer is UNKNOW.
     """
     try:
+        if connection.dialect.name == "postgresql":
+            # Each read in a snapshot of its own, and no BEGIN and ROLLBACK round trips.
+            connection.execution_options(isolation_level="AUTOCOMMIT")
         return _outcome(connection, holder, message, lookup)
     except Exception as exc:
         log.warning(

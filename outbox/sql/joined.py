@@ -29,6 +29,7 @@ refused: the row would go with the savepoint.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import sqlalchemy as sa
@@ -37,7 +38,7 @@ from sqlalchemy.orm import Session, scoped_session
 
 from outbox.message import LocalTransactionState, Message
 from outbox.sql.errors import JoinError
-from outbox.sql.evidence import RowHolder, holder_of, outcome_on
+from outbox.sql.evidence import RowHolder, holder_columns, holder_of, outcome_on
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,12 @@ class LogWriter(Protocol):
     """What a joined session needs of the listener
     (:class:`~outbox.sql.listener.TransactionLogListener`, which imports this module)."""
 
-    def _insert_row(self, session: Session, message: Message) -> None: ...
+    def _insert_row(
+        self,
+        session: Session,
+        message: Message,
+        returning: Sequence[sa.ColumnElement[Any]] = (),
+    ) -> Any: ...
 
     def _explain(self, session: Session, exc: Exception) -> Exception: ...
 
@@ -85,8 +91,9 @@ class JoinedSession:
         self._message = message
         self._listener = listener
         try:
-            listener._insert_row(session, message)  # begins the session's transaction if needed
-            self._holder: RowHolder = holder_of(session)
+            # (begins the session's transaction if needed)
+            inserted = listener._insert_row(session, message, holder_columns(session))
+            self._holder: RowHolder = holder_of(session, inserted)
         except Exception as exc:
             explained = listener._explain(session, exc)
             if explained is exc:

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, Generic, TypeVar
 
@@ -72,6 +72,7 @@ from outbox.sql.log import (
     transaction_log_table,
     upsert,
     upserted,
+    upserted_row,
     utc_from_timestamp,
 )
 
@@ -374,11 +375,18 @@ class TransactionLogListener(Generic[_Factory, _Business]):
             return UNKNOW
         return COMMIT
 
-    def _insert_row(self, session: Session, message: Message) -> None:
+    def _insert_row(
+        self,
+        session: Session,
+        message: Message,
+        returning: Sequence[sa.ColumnElement[Any]] = (),
+    ) -> Any:
         """This half's row; it may take over the ROLLBACK row of another half of its id.
 
         Not its own: a check-back answered ROLLBACK for this very half. A
         committed row is refused by the database (IntegrityError), as ever.
+        Returns the insert's row with ``returning`` after the transaction id, or None
+        where the database returns none.
         """
         table = self._table
         values = _row(message, self.group, self._clock(), rolled_back=False)
@@ -393,11 +401,14 @@ class TransactionLogListener(Generic[_Factory, _Business]):
                 ),
             )
         dialect = session.get_bind().dialect.name
-        if upserted(session.execute(upsert(table, dialect, values, taken_over_when))):
+        written = upserted_row(
+            session.execute(upsert(table, dialect, values, taken_over_when, returning))
+        )
+        if written is not False:
             # Read after the row is ours: a check of this half answering now waits for it.
             if rollback_answered(session, self._answers, message):
                 raise _answered_rollback(message)
-            return
+            return None if written is True else written
         row = session.execute(self._lookup, {"id": message.transaction_id}).first()
         if row is not None and row.rolled_back:
             raise _answered_rollback(message)

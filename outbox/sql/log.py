@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
@@ -167,10 +167,12 @@ def upsert(
     dialect: str,
     values: dict[str, object],
     taken_over_when: sa.ColumnElement[bool],
+    returning: Sequence[sa.ColumnElement[Any]] = (),
 ) -> sa.Executable:
     """Insert ``values``; on the same transaction id, overwrite the row only ``taken_over_when``.
 
-    Whether it wrote is :func:`upserted` of its result.
+    Whether it wrote is :func:`upserted` of its result; a row it wrote returns the
+    transaction id and ``returning`` (where the database returns rows).
     The conflict is settled by the primary key, so on PostgreSQL a writer waits
     for another one's row still uncommitted and then sees it. Other databases
     get a plain insert, which a present row refuses.
@@ -189,13 +191,21 @@ def upsert(
             set_={name: statement.excluded[name] for name in values if name != "transaction_id"},
             where=taken_over_when,
         )
-        .returning(table.c.transaction_id)
+        .returning(table.c.transaction_id, *returning)
     )
 
 
 def upserted(result: sa.CursorResult[Any]) -> bool:
     """Whether :func:`upsert` wrote its row (a driver's rowcount cannot always tell)."""
-    return not result.returns_rows or result.first() is not None
+    return upserted_row(result) is not False
+
+
+def upserted_row(result: sa.CursorResult[Any]) -> sa.Row[Any] | bool:
+    """The row :func:`upsert` returned; True where it wrote and returns none; False: not written."""
+    if not result.returns_rows:
+        return True
+    row = result.first()
+    return False if row is None else row
 
 
 def utc_from_timestamp(seconds: float) -> datetime:
