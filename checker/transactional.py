@@ -61,8 +61,10 @@ def remember_offset(into: list[int]) -> Callable[[KafkaError | None, Any], None]
     """
 
     def delivered(error: KafkaError | None, message: Any) -> None:
+        if error is not None:
+            return  # (a fenced producer's report: reading its message can raise SystemError)
         offset = message.offset()
-        if error is None and offset is not None:
+        if offset is not None:
             into.append(offset)
 
     return delivered
