@@ -52,10 +52,11 @@ bench-checker: kafka-jars
 bench-sink: kafka-jars spark-jars
 	$(BIN)/python -m bench.sink
 
-# The Hypothesis model of the protocol (tests/model), far longer than the suite's short run.
+# The Hypothesis models, far longer than the suite's short runs: the protocol (tests/model)
+# and the ways services use SQLAlchemy sessions around joined sends (real broker and databases).
 MODEL_EXAMPLES ?= 5000
-model: install
-	OUTBOX_MODEL_EXAMPLES=$(MODEL_EXAMPLES) $(BIN)/pytest tests/model -q --timeout=3600 --hypothesis-show-statistics
+model: kafka-jars
+	OUTBOX_MODEL_EXAMPLES=$(MODEL_EXAMPLES) $(BIN)/pytest tests/model tests/sql/test_session_usage_model.py -q --timeout=3600 --hypothesis-show-statistics
 
 # The documentation site (docs/, mkdocs.yml) into site/; `$(BIN)/mkdocs serve` to read it live.
 docs: install
