@@ -421,10 +421,13 @@ class ProtocolModel(RuleBasedStateMachine):
         _, plans = _plan(discards_of(self.cluster.discard.records), wanted, 1)
         transaction = Transaction()
         for plan in plans:
-            offset = transaction.produce(
-                self.cluster.half, plan.half_record(TOPICS), self._now_ms()
-            )
-            for marker in plan.markers(offset, self._now_ms()):
+            # The model's relay publishes every committed half: no discard here is
+            # unpublishable, so each plan puts a half back.
+            assert not plan.publishes, plan
+            record = plan.outgoing(TOPICS)
+            offset = transaction.produce(self.cluster.half, record, self._now_ms())
+            written = (record.topic, record.partition, offset)
+            for marker in plan.markers(written, self._now_ms()):
                 transaction.produce(self.cluster.discard, marker.to_record(TOPICS), self._now_ms())
         if crash:
             transaction.abort()
