@@ -47,16 +47,16 @@ class LogWriter(Protocol):
     """What a joined session needs of the listener
     (:class:`~outbox.sql.listener.TransactionLogListener`, which imports this module)."""
 
-    def _insert_row(
+    def insert_row(
         self,
         session: Session,
         message: Message,
         returning: Sequence[sa.ColumnElement[Any]] = (),
     ) -> Any: ...
 
-    def _explain(self, session: Session, exc: Exception) -> Exception: ...
+    def explain_error(self, session: Session, exc: Exception) -> Exception: ...
 
-    def _require_in_time(self, message: Message) -> None: ...
+    def require_in_time(self, message: Message) -> None: ...
 
     @property
     def row_lookup(self) -> sa.Select[Any]: ...
@@ -92,10 +92,10 @@ class JoinedSession:
         self._listener = listener
         try:
             # (begins the session's transaction if needed)
-            inserted = listener._insert_row(session, message, holder_columns(session))
+            inserted = listener.insert_row(session, message, holder_columns(session))
             self._holder: RowHolder = holder_of(session, inserted)
         except Exception as exc:
-            explained = listener._explain(session, exc)
+            explained = listener.explain_error(session, exc)
             if explained is exc:
                 raise
             raise explained from exc
@@ -109,7 +109,7 @@ class JoinedSession:
         check-back's ROLLBACK row. A savepoint's release is not the row's commit.
         """
         if not session.in_nested_transaction():
-            self._listener._require_in_time(self._message)
+            self._listener.require_in_time(self._message)
 
     def detach(self) -> None:
         """Stop watching the session (the ``with`` block ended)."""

@@ -339,12 +339,12 @@ class TransactionLogListener(Generic[_Factory, _Business]):
                 log.info("business function rolled back transaction_id=%s", transaction_id)
                 return ROLLBACK
             stage = "log"
-            self._insert_row(session, message)
+            self.insert_row(session, message)
             session.flush()
-            self._require_in_time(message)
+            self.require_in_time(message)
         except Exception as exc:
             _rollback_quietly(session)
-            error = self._explain(session, exc) if stage == "log" else exc
+            error = self.explain_error(session, exc) if stage == "log" else exc
             log.warning(
                 "local transaction rolled back transaction_id=%s error=%r",
                 transaction_id,
@@ -375,7 +375,7 @@ class TransactionLogListener(Generic[_Factory, _Business]):
             return UNKNOW
         return COMMIT
 
-    def _insert_row(
+    def insert_row(
         self,
         session: Session,
         message: Message,
@@ -423,7 +423,9 @@ class TransactionLogListener(Generic[_Factory, _Business]):
                 "commit, and raise to roll back"
             )
 
-    def _require_in_time(self, message: Message) -> None:
+    def require_in_time(self, message: Message) -> None:
+        """Refuse (LocalTransactionTooSlowError) a commit past the grace period: a check-back
+        may have answered ROLLBACK for a half that old. Also the joined session's guard."""
         if message.born_ms is None:
             return
         age = self._clock() - message.born_ms / 1000
@@ -434,7 +436,8 @@ class TransactionLogListener(Generic[_Factory, _Business]):
                 "ROLLBACK; rolled back instead of committed (raise grace_seconds)"
             )
 
-    def _explain(self, session: Session, exc: Exception) -> Exception:
+    def explain_error(self, session: Session, exc: Exception) -> Exception:
+        """``exc``, or the setup error it stands for (the log table missing or not upgraded)."""
         return explain_database_error(exc, _probe_sessions(session), self.target)
 
 

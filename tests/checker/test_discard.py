@@ -85,7 +85,7 @@ class Discards:
             self.topics.half, partition, offset, record.key, record.value, tuple(record.headers)
         )
         discard = DiscardRecord.of_half(raw, reason, discarded_ms, "checked 15 times")
-        self._write(discard)
+        self.write(discard)
         return discard
 
     def malformed(self, transaction_id: str) -> DiscardRecord:
@@ -104,10 +104,10 @@ class Discards:
         discard = DiscardRecord.of_half(
             raw, DiscardReason.MALFORMED, NOW_MS, "outbox-check-times is not an integer"
         )
-        self._write(discard)
+        self.write(discard)
         return discard
 
-    def _write(self, discard: DiscardRecord) -> None:
+    def write(self, discard: DiscardRecord) -> None:
         self.producer.produce(**discard.to_record(self.topics).produce_kwargs())
         assert self.producer.flush(30) == 0
 
@@ -343,7 +343,7 @@ def test_an_unpublishable_discard_without_its_half_is_refused(discards):
         7,
         headers=tuple(h for h in record.headers if h[0] == Header.TRANSACTION_ID.value),
     )
-    discards._write(DiscardRecord.of_half(stand_in, DiscardReason.UNPUBLISHABLE, NOW_MS, "gone"))
+    discards.write(DiscardRecord.of_half(stand_in, DiscardReason.UNPUBLISHABLE, NOW_MS, "gone"))
     ((label, why),) = discards.resume("gone").refused
     assert label == "gone" and "nothing to publish" in why
 

@@ -91,9 +91,9 @@ class Database:
     @property
     def listener_engine(self) -> Engine:
         """The (sync) engine the listener's sessions use: events registered here see them."""
-        return self._async_parts()[0].sync_engine if self.kind == "async" else self.engine
+        return self.async_parts()[0].sync_engine if self.kind == "async" else self.engine
 
-    def _async_parts(self) -> tuple[AsyncEngine, EventLoopThread]:
+    def async_parts(self) -> tuple[AsyncEngine, EventLoopThread]:
         if not self._async:
             self._async.append((create_async_engine(self.url), EventLoopThread()))
         return self._async[0]
@@ -129,7 +129,7 @@ class Database:
                    **options}  # fmt: skip
         if self.kind == "sync":
             return SqlTransactionListener(self.sessions, business or self.insert_order, **options)
-        engine, loop = self._async_parts()
+        engine, loop = self.async_parts()
         listener = AsyncSqlTransactionListener(
             async_sessionmaker(engine), awaited_business(business or self.insert_order), **options
         )
@@ -139,7 +139,7 @@ class Database:
         """A producer of this database's kind for ``listener`` (made by :meth:`listener`)."""
         if self.kind == "sync":
             return TransactionProducer(GROUP, listener, settings)
-        return OnLoop(GROUP, listener.listener, settings, loop=self._async_parts()[1])
+        return OnLoop(GROUP, listener.listener, settings, loop=self.async_parts()[1])
 
     def insert_order(self, session: Session, message: Message, order: dict[str, Any]) -> None:
         """The business function of these tests: one order row, or the order's exception."""

@@ -482,7 +482,7 @@ class Harness:
         """Run ``usage``, then judge every send it entered by what the database holds."""
         self.examples += 1
         if self.form == "async":
-            engine, loop = self.database._async_parts()
+            engine, loop = self.database.async_parts()
             play = loop.run(self._run(usage, engine))
         else:
             play = _drive(self._run(usage, self.database.engine))

@@ -254,7 +254,7 @@ def async_database(database_url: str):
 
 @pytest.mark.parametrize("after", ["error after commit", "rollback"])
 def test_async_with_an_async_session(async_database: Database, outbox_topics, relay, after):
-    engine, loop = async_database._async_parts()
+    engine, loop = async_database.async_parts()
     producer = async_database.producer(async_database.listener(), outbox_topics.settings())
     producer.start()
 
@@ -292,7 +292,7 @@ def _last_transaction(topics: OutboxTopics) -> Resolution:
 
 
 def test_async_join_refuses_a_sync_session(async_database: Database, outbox_topics):
-    _, loop = async_database._async_parts()
+    _, loop = async_database.async_parts()
     producer = async_database.producer(async_database.listener(), outbox_topics.settings())
     producer.start()
 

@@ -180,7 +180,7 @@ def test_async_savepoint_released_then_an_error_is_rolled_back(
     adb: Database, outbox_topics, relay, scoped
 ):
     """E, and G for asyncio: the same decisions through the async driver."""
-    engine, loop = adb._async_parts()
+    engine, loop = adb.async_parts()
     producer = adb.producer(adb.listener(), outbox_topics.settings())
     producer.start()
     factory = async_sessionmaker(engine)
