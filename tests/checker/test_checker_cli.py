@@ -63,6 +63,16 @@ def checker(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
             "OUTBOX_HEALTH_STALL_SECONDS",
         ),
         (
+            ("--bootstrap-servers", "h:1", "--unreachable-report-seconds", "0.5"),
+            {},
+            "OUTBOX_UNREACHABLE_REPORT_SECONDS",
+        ),
+        (
+            ("--bootstrap-servers", "h:1"),
+            {"OUTBOX_UNREACHABLE_REPORT_SECONDS": "0s"},
+            "OUTBOX_UNREACHABLE_REPORT_SECONDS",
+        ),
+        (
             ("--bootstrap-servers", "h:1", "--start-timeout-seconds", "-1"),
             {},
             "OUTBOX_START_TIMEOUT_SECONDS",
