@@ -19,6 +19,7 @@ from pydantic import AliasChoices, Field, ValidationError, field_validator, mode
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from outbox.errors import ConfigurationError
+from outbox.kafka_log import hold_back_repeats
 from outbox.protocol import DEFAULT_PREFIX, TopicNames, validate_topic_name
 from outbox.security import KafkaSecurity
 
@@ -67,9 +68,11 @@ def kafka_client_config(
     7 DEBUG), and only while the client is polled: a client nobody polls any
     more (closed, or past its use) puts nothing on anyone's screen.
     """
+    logger = logging.getLogger(KAFKA_LOGGER_NAME)
+    hold_back_repeats(logger)  # an outage is a handful of lines, not one per retry
     return {
         "bootstrap.servers": bootstrap_servers,
-        "logger": logging.getLogger(KAFKA_LOGGER_NAME),
+        "logger": logger,
         **(properties or {}),
     }
 

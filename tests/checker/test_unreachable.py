@@ -21,7 +21,10 @@ import urllib.request
 from collections.abc import Callable, Iterator
 
 import pytest
+from confluent_kafka.admin import AdminClient
 
+from outbox.admin import ensure_topics, plan_topics
+from outbox.protocol import TopicNames
 from outbox_devtools.processes import free_port
 
 REPORT_SECONDS = 2
@@ -194,3 +197,29 @@ def test_a_cluster_that_comes_up_later_is_reached_and_said_once(checker_at, kafk
     finally:
         checker.stop()
         forwarder.close()
+
+
+@pytest.mark.kafka
+def test_an_outage_after_start_is_a_few_lines_not_a_flood(checker_at, own_kafka_broker):
+    """The broker dies under a running checker: each kind of failure once, not once per retry.
+
+    Measured on 2026-11-27 before the fix: a dead broker under one checker gave ~58
+    librdkafka lines a second (3 485 a minute, every connection attempt of every client,
+    each at ERROR), 800 lines for an 8 s restart. Now each distinct line is said once,
+    then again at most every 30 s with how many like it were held back.
+    """
+    bootstrap = own_kafka_broker.bootstrap_servers
+    ensure_topics(
+        AdminClient({"bootstrap.servers": bootstrap}), plan_topics(TopicNames("flood"), 2, 1, ())
+    )
+    checker = checker_at(bootstrap, OUTBOX_TOPIC_PREFIX="flood")
+    checker.wait_for(r"relaying op partitions", within=60)
+    time.sleep(2)
+    killed_at = time.monotonic() - checker.started
+    own_kafka_broker.kill()
+    watched = 25.0
+    time.sleep(watched)
+    outage = [line for at, line in checker.lines if at > killed_at]
+    assert any("Connection refused" in line for line in outage), checker.text()
+    assert len(outage) <= 40, f"{len(outage)} lines in {watched:.0f}s:\n" + "\n".join(outage)
+    assert checker.process.poll() is None
