@@ -28,6 +28,7 @@ from outbox_checker.silence import close_in_background, partitions_behind
 from outbox.acls import CHECKER_READER_GROUP_PREFIX
 from outbox.errors import KafkaUnavailableError
 from outbox.protocol import RawRecord, TopicNames
+from outbox.reading import LEADER_PATIENCE
 
 log = logging.getLogger(__name__)
 
@@ -311,56 +312,3 @@ def end_offsets(
             where = f"{topic}[{tp.partition}]"
             raise KafkaUnavailableError(f"end offset of {where}: {exc}") from None
     return ends
-
-
-LEADER_PATIENCE = 2.0
-"""How long one watermark question waits on a partition's leader before the client is made
-to look the leader up again."""
-_NO_LEADER = (
-    KafkaError._TIMED_OUT,
-    KafkaError._TRANSPORT,
-    KafkaError._DESTROY_BROKER,
-    KafkaError.NOT_LEADER_FOR_PARTITION,
-    KafkaError.LEADER_NOT_AVAILABLE,
-)
-
-
-def watermarks(consumer: Consumer, partition: TopicPartition, timeout: float) -> tuple[int, int]:
-    """A partition's low and high watermarks, asked of its leader.
-
-    librdkafka sends the question to the leader it knows and waits for that node: after
-    the leader was killed or frozen, for the whole ``timeout`` (30 s) or until the node
-    came back, though the controller elected a new leader within its broker session
-    (5-9 s); a three-node chaos run stalled publication 15 s on one such call. And after
-    a node came back, a long-lived consumer could answer ``_UNKNOWN_PARTITION`` for a
-    partition the cluster has, round after round, for minutes. So each question waits
-    :data:`LEADER_PATIENCE` at most; one unanswered (or answered by no leader) refreshes
-    the topic's metadata, which names the new leader, and is asked again until ``timeout``
-    (an unknown partition once only: a partition a topic lacks is no outage).
-    """
-    deadline = time.monotonic() + timeout
-    unknown_once = False
-    while True:
-        remaining = deadline - time.monotonic()
-        try:
-            low, high = consumer.get_watermark_offsets(
-                partition, timeout=max(0.1, min(LEADER_PATIENCE, remaining))
-            )
-            return int(low), int(high)
-        except KafkaException as exc:
-            code = exc.args[0].code()
-            unknown = code == KafkaError._UNKNOWN_PARTITION and not unknown_once
-            if not (code in _NO_LEADER or unknown) or time.monotonic() >= deadline:
-                raise
-            unknown_once = unknown_once or unknown
-            log.info(
-                "%s[%d] unanswered by the leader the client knows (%s): refreshing its metadata",
-                partition.topic,
-                partition.partition,
-                exc.args[0].str(),
-            )
-        with suppress(KafkaException):
-            consumer.list_topics(
-                partition.topic,
-                timeout=max(0.1, min(LEADER_PATIENCE, deadline - time.monotonic())),
-            )

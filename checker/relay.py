@@ -54,13 +54,7 @@ from confluent_kafka.admin import AdminClient
 from outbox_checker import metrics
 from outbox_checker.decision_memory import DecisionMemory, SharedScan
 from outbox_checker.half_lookup import HalfLookup
-from outbox_checker.kafka_reader import (
-    LEADER_PATIENCE,
-    TopicCursor,
-    end_offsets,
-    watermark_client,
-    watermarks,
-)
+from outbox_checker.kafka_reader import TopicCursor, end_offsets, watermark_client
 from outbox_checker.membership import (
     Fences,
     JoinRefusals,
@@ -93,6 +87,7 @@ from outbox.protocol import (
     real_record_of_half,
 )
 from outbox.protocol.headers import int_header, text_header
+from outbox.reading import LEADER_PATIENCE, watermarks
 from outbox.size_limits import SizeLimits
 from outbox.topic_catalog import TopicCatalog
 
@@ -819,7 +814,7 @@ class Relay:
         At the tail every batch names halves written since the last one, on most half
         partitions; asked one by one, each a round trip to its leader, they were a fixed
         cost of every batch. One ``ListOffsets`` per leader asks them together. It waits
-        :data:`~outbox_checker.kafka_reader.LEADER_PATIENCE` at most: a partition it did
+        :data:`~outbox.reading.LEADER_PATIENCE` at most: a partition it did
         not learn is asked alone as before, where a lost leader is looked up again.
         """
         stale = {

@@ -25,7 +25,7 @@ from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from outbox_checker import metrics
 from outbox_checker.ended import EndedTransactions
-from outbox_checker.kafka_reader import KafkaPartitionReader, TopicCursor, watermarks
+from outbox_checker.kafka_reader import KafkaPartitionReader, TopicCursor
 from outbox_checker.membership import (
     Fences,
     JoinRefusals,
@@ -55,6 +55,7 @@ from outbox.errors import (
     TopicAdminError,
 )
 from outbox.protocol import HalfRecord, OutgoingRecord
+from outbox.reading import watermarks
 from outbox.topic_catalog import TopicCatalog
 
 log = logging.getLogger(__name__)

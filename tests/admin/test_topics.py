@@ -1,5 +1,7 @@
 """Topic admin against a real broker: idempotent creation and clear mismatch errors."""
 
+import time
+
 import pytest
 from confluent_kafka.admin import NewTopic
 
@@ -45,6 +47,13 @@ def test_partition_mismatch_names_topics_and_fix(kafka_admin, unique_prefix):
 def test_half_and_op_created_apart_with_different_counts_is_an_error(kafka_admin, unique_prefix):
     topics = TopicNames(unique_prefix)
     kafka_admin.create_topics([NewTopic(topics.op, 5, 1)])[topics.op].result(30)
+    # Created is not yet visible: metadata can miss it for a moment (seen under load), and
+    # ensure_topics would then take op for missing and create the half on its way to the
+    # same error (a concurrent creator's race, which it covers by checking again).
+    deadline = time.monotonic() + 30
+    while not read_topic_states(kafka_admin, [topics.op])[topics.op].exists:
+        assert time.monotonic() < deadline, f"{topics.op} never showed in metadata"
+        time.sleep(0.1)
     with pytest.raises(TopicMismatchError, match=f"topic {topics.op} has 5 partitions, 3"):
         ensure_topics(kafka_admin, plan_topics(topics, partitions=3))
     # Nothing was created on the way to the error.

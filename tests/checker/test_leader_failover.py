@@ -14,8 +14,8 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from outbox_checker.kafka_reader import watermarks
 
+from outbox.reading import watermarks
 from outbox_devtools.kafka import LocalKafkaCluster
 
 pytestmark = [pytest.mark.kafka, pytest.mark.cluster_proof]

@@ -774,7 +774,7 @@ class CallbackWatch(Consumer):
     inside its own ``poll``, ``consume`` or ``close``: from one of its callbacks.
 
     confluent-kafka keeps one call state per consumer and thread, which ``list_topics``
-    (:func:`~outbox_checker.kafka_reader.watermarks` calls it to find a moved leader) ends;
+    (:func:`~outbox.reading.watermarks` calls it to find a moved leader) ends;
     the next callback that same ``poll`` serves (a log line) then finds none and aborts the
     process. The relay restores an op partition from its ``on_assign``: a CI run died so
     while a frozen broker came back.
