@@ -52,6 +52,8 @@ class RepeatedLineFilter(logging.Filter):
         """(level, shape) -> (when it was last let through, how many held back since)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.INFO:
+            return True  # a ``debug=`` trace is asked for line by line
         key = (record.levelno, line_shape(record.getMessage()))
         now = self._clock()
         with self._lock:

@@ -38,12 +38,12 @@ def read_topic(
             "enable.partition.eof": False,
         }
     )
+    deadline = time.monotonic() + timeout  # the whole read, its metadata question included
     try:
         metadata = consumer.list_topics(topic, timeout=timeout)
         described = metadata.topics.get(topic)
         if described is None or described.error is not None:
             raise KafkaUnavailableError(f"topic {topic} does not exist or cannot be described")
-        deadline = time.monotonic() + timeout
         ends: dict[int, int] = {}
         for partition in described.partitions:
             # A partition whose leader is down or moving waits for the next one (a node

@@ -105,3 +105,11 @@ def test_what_differs_is_shown_at_once() -> None:
     warning.levelno = logging.WARNING
     assert repeats.filter(warning)  # another level
     assert line_shape("after 6008 ms without") == line_shape("after 12 ms without")
+
+
+def test_a_debug_trace_is_never_held_back() -> None:
+    repeats = RepeatedLineFilter(clock=lambda: 0.0)
+    for _ in range(3):
+        trace = refused()
+        trace.levelno = logging.DEBUG
+        assert repeats.filter(trace)
