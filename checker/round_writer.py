@@ -107,6 +107,8 @@ class RoundWriter:
         """Held while the current producer is replaced or recovered, and to ask which it is."""
         self._fresh_until = 0.0
         """Until when the current producer, started and not used since, needs no renewal."""
+        self._renew_at_write = False
+        """A round began (:meth:`renew_for_round`) and has not written yet."""
         self._producer = self._new_producer()
 
     def _new_producer(self) -> Producer:
@@ -148,17 +150,18 @@ class RoundWriter:
             self._producer = self._new_producer()
 
     def renew_for_round(self) -> None:
-        """:meth:`renew`, unless the producer was started moments ago and has written nothing.
+        """:meth:`renew` before the round's first write, unless the producer was started
+        moments ago and has written nothing.
 
         A checker's first round follows its start by a group join: the producer it
         started then (which fenced any earlier one of its id) is as fresh as a new
         one, and starting another costs up to half a second (librdkafka looks for
         the transaction coordinator again, after a back-off when no connection is up
-        yet), a tenth of a 100 000-half walk.
+        yet), a tenth of a 100 000-half walk. A round that writes nothing (an idle
+        partition's early round, one per transaction timeout) starts none.
         """
         with self._producer_lock:
-            if time.monotonic() >= self._fresh_until:
-                self._producer = self._new_producer()
+            self._renew_at_write = True
 
     def close(self) -> None:
         self._producer.flush(self._timeout)
@@ -197,6 +200,10 @@ class RoundWriter:
         never the producer of a chunk written since.
         """
         with self._producer_lock:
+            if self._renew_at_write:
+                self._renew_at_write = False
+                if time.monotonic() >= self._fresh_until:
+                    self._producer = self._new_producer()
             producer = self._producer
             self._fresh_until = 0.0
         abandoned = threading.Event()

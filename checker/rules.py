@@ -124,6 +124,8 @@ class StopReason(StrEnum):
     YOUNG = "younger than the transaction timeout"
     TIME_BUDGET = "time budget spent"
     OPS_UNSETTLED = "an open Kafka transaction on the op partition"
+    RECHECK_NOT_DUE = "put back less than a check interval ago"
+    """Early rounds only (:attr:`RoundRules.recheck_after_ms`)."""
 
 
 @dataclass(frozen=True)
@@ -157,6 +159,10 @@ class RoundChunk:
     pending_by_topic: Counter[str] = field(default_factory=Counter)
     """On the last chunk: halves left after the stop, by real topic (up to a cap)."""
     oldest_pending_born_ms: int | None = None
+    due_again_ms: int | None = None
+    """On the last chunk: when a round could walk past the stop (the half that stopped
+    it comes of age, or at once after a spent budget); None when only the check
+    interval brings the next round. See :func:`due_again_ms`."""
 
     @property
     def decisions(self) -> int:
@@ -178,6 +184,11 @@ class RoundRules:
     """Halves settled per chunk (one Kafka transaction each)."""
     pending_scan_limit: int = 10_000
     """Most halves read past the stop point to count what is pending."""
+    recheck_after_ms: int | None = None
+    """Set for a round run before its check interval is up (an early round): a put-back
+    copy stored less than this long ago stops the walk there. A half already asked
+    about is asked again once per check interval, as in RocketMQ, however many early
+    rounds its partition sees; only halves never asked about are asked sooner."""
 
     @classmethod
     def from_settings(cls, settings: CheckerSettings) -> RoundRules:
@@ -353,10 +364,40 @@ def iter_round(
     ops.settle(next_half)
     chunk.half_checkpoint, chunk.op_checkpoint = next_half, ops.new_checkpoint()
     chunk.stop_reason = stop
+    chunk.due_again_ms = due_again_ms(stop, left, rules, now_ms())
     if left is not None:
         _count_pending(chunk, [left], ops, ended, rules.pending_scan_limit)
         _count_pending(chunk, halves, ops, ended, rules.pending_scan_limit - 1)
     yield chunk
+
+
+def due_again_ms(
+    stop: StopReason, left: HalfEntry | None, rules: RoundRules, now_ms: int
+) -> int | None:
+    """When a round could walk past ``left``, the half a round stopped at, if before the interval.
+
+    RocketMQ waits a whole check interval (30 s here, 60 s there) whatever stopped the
+    round, so a half stored just after a round began waits up to interval + transaction
+    timeout for its first check, and a broker restart, whose retried round meets only
+    young halves, always pays the whole interval. A half never asked about is due when
+    it is a transaction timeout old (one stored after a walk that reached the end, a
+    transaction timeout after that end at the earliest); a spent budget leaves work
+    that is due at once; an open op transaction is looked at again a transaction
+    timeout later (its producer ends it, or Kafka aborts it). A put-back copy waits for
+    the interval (its cadence). So an idle partition costs a round per transaction
+    timeout (a watermark question), and a half's first check comes at most two
+    transaction timeouts after it was stored.
+    """
+    if stop is StopReason.TIME_BUDGET:
+        return now_ms
+    if stop in (StopReason.END, StopReason.OPS_UNSETTLED):
+        return now_ms + rules.transaction_timeout_ms
+    if stop not in (StopReason.YOUNG, StopReason.FRESH) or left is None:
+        return None
+    half = left.half
+    if half is None or half.origin_offset is not None:
+        return None
+    return _stored_ms(left, half) + rules.transaction_timeout_ms
 
 
 def _count_pending(
@@ -411,6 +452,12 @@ def _decide(
         if _identity(entry, half) in ended:
             plan.skipped_ended += 1
             return None
+        if (
+            rules.recheck_after_ms is not None
+            and half.origin_offset is not None
+            and now_ms() - entry.stored_ms < rules.recheck_after_ms
+        ):
+            return StopReason.RECHECK_NOT_DUE
         age = now_ms() - _stored_ms(entry, half)
         discard = None
         if half.check_times >= rules.check_max:
@@ -468,6 +515,7 @@ def plan_round(reader: PartitionReader, **kwargs: object) -> RoundChunk:
         merged.to_discard += chunk.to_discard
         merged.skipped_ended += chunk.skipped_ended
         merged.half_checkpoint, merged.op_checkpoint = chunk.half_checkpoint, chunk.op_checkpoint
+        merged.due_again_ms = chunk.due_again_ms
         merged.stop_reason = chunk.stop_reason
         merged.pending_by_topic = chunk.pending_by_topic
         merged.oldest_pending_born_ms = chunk.oldest_pending_born_ms

@@ -18,7 +18,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
@@ -79,6 +79,8 @@ class PartitionReport:
     stop_reason: str = ""
     half_checkpoint: int = 0
     op_checkpoint: int = 0
+    due_again_ms: int | None = None
+    """When a round could go past this partition's stop before the interval is up."""
 
 
 @dataclass
@@ -112,6 +114,8 @@ class Checker:
         self._stopping = threading.Event()
         self.assigned = threading.Event()
         self.last_round_at: float | None = None
+        self.early_round_at: float | None = None
+        """When the last round's stop comes due, if before the next interval's round."""
         self.progress_at = clock()
         """When the loop last had no round due, or completed one (the checker's clock)."""
         client = settings.client_config()
@@ -268,18 +272,26 @@ class Checker:
         try:
             while not self._stopping.is_set():
                 self.poll_membership(0.5)
-                due = self.last_round_at is None or (
-                    self._clock() - self.last_round_at >= self.settings.check_interval_seconds
-                )
-                if due and self.owned_partitions():
+                due = self._due_round()
+                if due is not None and self.owned_partitions():
                     try:
-                        retrying(self.run_round)
+                        retrying(self.run_round, early=due == "early")
                     except (KafkaUnavailableError, KafkaException) as exc:
                         log.info("stopping during an outage: %s", exc)
                         continue
                 self.progress_at = self._clock()
         finally:
             self.close()
+
+    def _due_round(self) -> str | None:
+        """``"interval"``, ``"early"`` (:func:`~outbox_checker.rules.due_again_ms`) or None."""
+        now, last = self._clock(), self.last_round_at
+        if last is None or now - last >= self.settings.check_interval_seconds:
+            return "interval"
+        early = self.early_round_at
+        if early is not None and now >= max(early, last + EARLY_ROUND_GAP_SECONDS):
+            return "early"
+        return None
 
     def _back_off(self, seconds: float) -> None:
         """Wait between attempts, serving the group all the while.
@@ -329,22 +341,33 @@ class Checker:
             except (KafkaException, RuntimeError) as exc:
                 log.debug("closing: %s", exc)
 
-    def run_round(self) -> RoundReport:
-        """One pass over every owned half partition."""
+    def run_round(self, *, early: bool = False) -> RoundReport:
+        """One pass over every owned half partition.
+
+        ``early``: run before the check interval is up, for halves never asked about;
+        put-back copies keep the interval's cadence (:attr:`RoundRules.recheck_after_ms`).
+        """
         started = time.monotonic()
         report = RoundReport()
+        rules = self._rules
+        if early:
+            rules = replace(
+                rules, recheck_after_ms=int(self.settings.check_interval_seconds * 1000)
+            )
         self._writer.renew_for_round()
         for partition in self.owned_partitions():
             if self._stopping.is_set() and report.partitions:
                 break
-            report.partitions.append(self._round_on(partition))
+            report.partitions.append(self._round_on(partition, rules))
             self.poll_membership()
         report.seconds = time.monotonic() - started
         metrics.ROUND_SECONDS.observe(report.seconds)
         self.last_round_at = self._clock()
+        due = [p.due_again_ms for p in report.partitions if p.due_again_ms is not None]
+        self.early_round_at = min(due) / 1000 if due else None
         return report
 
-    def _round_on(self, partition: int) -> PartitionReport:
+    def _round_on(self, partition: int, rules: RoundRules) -> PartitionReport:
         checkpoint = self._checkpoint(partition)
         reader = self._reader(partition)
         report = PartitionReport(
@@ -359,7 +382,7 @@ class Checker:
             half_checkpoint=checkpoint.half,
             op_checkpoint=checkpoint.op,
             ended=self._ended,
-            rules=self._rules,
+            rules=rules,
             now_ms=self._now_ms,
             half_end=half_end,
         )
@@ -456,6 +479,7 @@ class Checker:
         report.skipped_ended += chunk.skipped_ended
         if chunk.stop_reason is not None:
             report.stop_reason = chunk.stop_reason.value
+            report.due_again_ms = chunk.due_again_ms
             metrics.record_pending(partition, chunk)
         self.poll_membership()
 
@@ -587,6 +611,10 @@ class Checker:
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
 
+
+EARLY_ROUND_GAP_SECONDS = 1.0
+"""Least time between the end of a round and an early one: a backlog whose budget ran
+out goes on at once, but no partition's stop can make the rounds spin."""
 
 FIRST_UNREACHABLE_REPORT_SECONDS = 5.0
 """How long a cluster may stay silent at start before the checker says so: a broker

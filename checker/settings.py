@@ -40,7 +40,11 @@ class CheckerSettings(KafkaSettings):
         15, ge=1, description="checks sent before a half is discarded (transactionCheckMax)"
     )
     check_interval_seconds: Seconds = Field(
-        30.0, gt=0, description="pause between check rounds (transactionCheckInterval)"
+        30.0,
+        gt=0,
+        description="pause between check rounds, and so between two checks of one half"
+        " (transactionCheckInterval); a half never asked about is asked once it is due, in an"
+        " early round",
     )
     max_process_seconds: Seconds = Field(
         60.0, gt=0, description="time budget per half partition per round (MAX_PROCESS_TIME_LIMIT)"

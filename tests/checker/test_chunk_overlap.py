@@ -129,6 +129,26 @@ def test_a_checkers_first_round_writes_with_the_producer_it_started_with(
         assert len(started) == 2
 
 
+def test_a_round_that_writes_nothing_starts_no_producer(outbox_topics: OutboxTopics):
+    """An idle partition sees an early round every transaction timeout: a producer started
+    for each (InitProducerId, new connections) would be work for nothing."""
+    halves_on_partition_zero(outbox_topics, 2)
+    started: list[Producer] = []
+
+    def counted(config: dict[str, Any]) -> Producer:
+        started.append(Producer(config))
+        return started[-1]
+
+    with running_checker(outbox_topics, SkewedClock(60), check_interval_seconds=300) as checker:
+        checker._writer._producer_factory = counted
+        assert checker.run_round().checks_sent == 2
+        before = len(started)
+        # Early: the two copies just put back stop it where it began, with nothing to write.
+        report = checker.run_round(early=True)
+        assert report.checks_sent == 0
+        assert len(started) == before
+
+
 def test_a_chunk_stuck_in_its_commit_is_abandoned_and_fenced_once(
     outbox_topics: OutboxTopics, caplog: pytest.LogCaptureFixture
 ):

@@ -396,3 +396,54 @@ def test_a_copy_ages_from_its_original_store_time():
     log.add_half(copy, stored_ms=T0 - 1_000)
     plan = run(log, rules=RoundRules(check_max=3, retention_ms=72 * 3_600_000))
     assert [d.reason for d in plan.to_discard] == [DiscardReason.RETENTION]
+
+
+# ------------------------------------------------------------ when the next round is due
+
+
+def test_a_young_half_makes_a_round_due_when_it_comes_of_age():
+    log = MemoryLog()
+    log.add_half(a_half("young", born_ms=T0 - 2_000))
+    plan = run(log)
+    assert plan.stop_reason is StopReason.YOUNG
+    assert plan.due_again_ms == T0 - 2_000 + RULES.transaction_timeout_ms
+
+
+def test_a_walk_to_the_end_is_due_again_a_transaction_timeout_later():
+    """A half stored after the walk ended is due no sooner than that."""
+    log = MemoryLog()
+    log.add_half(a_half("a"))
+    plan = run(log)
+    assert plan.stop_reason is StopReason.END
+    assert plan.due_again_ms == T0 + RULES.transaction_timeout_ms
+
+
+def test_a_spent_budget_is_due_again_at_once():
+    log = MemoryLog()
+    log.add_half(a_half("a"))
+    log.add_half(a_half("b"))
+    plan = run(log, rules=RoundRules(max_process_ms=0), monotonic=Clock(0, step_ms=1))
+    assert plan.stop_reason is StopReason.TIME_BUDGET
+    assert plan.due_again_ms == T0
+
+
+def test_a_copy_that_stops_a_round_leaves_the_next_to_the_interval():
+    log = MemoryLog()
+    log.add_half(a_half("a", check_times=1).put_back(0, T0 - 60_000), stored_ms=T0 - 1_000)
+    plan = run(log, rules=RoundRules(recheck_after_ms=30_000))
+    assert plan.stop_reason is StopReason.RECHECK_NOT_DUE
+    assert plan.due_again_ms is None
+    assert plan.to_check == []
+    assert plan.half_checkpoint == 0
+
+
+def test_an_early_round_asks_about_a_copy_put_back_an_interval_ago():
+    log = MemoryLog()
+    log.add_half(a_half("a", check_times=1).put_back(0, T0 - 90_000), stored_ms=T0 - 30_000)
+    assert checked(run(log, rules=RoundRules(recheck_after_ms=30_000))) == ["a"]
+
+
+def test_an_interval_round_asks_about_a_copy_whenever_it_was_put_back():
+    log = MemoryLog()
+    log.add_half(a_half("a", check_times=1).put_back(0, T0 - 60_000), stored_ms=T0 - 1_000)
+    assert checked(run(log)) == ["a"]

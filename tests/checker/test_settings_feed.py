@@ -76,6 +76,7 @@ def test_no_knob_of_the_rules_is_left_out_of_the_builder() -> None:
         "timeout",
         "silence_seconds",
         "transaction_deadline",
+        "recheck_after_ms",  # set per early round, from check_interval_seconds
     }
     settings = CheckerSettings.model_construct(**CHANGED)
     for built in (RoundRules.from_settings(settings), RelaySettings.from_settings(settings)):

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import sqlalchemy as sa
 from confluent_kafka import KafkaException
@@ -79,6 +79,8 @@ UNKNOW = LocalTransactionState.UNKNOW
 GRACE = 60.0
 TIMEOUT = 6.0
 """The transaction timeout (RocketMQ's default), for the checker and the producer."""
+EARLY_RECHECK_MS = 30_000
+"""The check interval an early round keeps for put-back copies."""
 LATE_END_MARGIN = 1.0
 IMMUNITY = 20
 RETENTION = 600.0
@@ -330,9 +332,12 @@ class ProtocolModel(RuleBasedStateMachine):
         self.round = None
         return self.process
 
-    def _next_chunk(self, fault: tuple[str, int] | None = None) -> RoundChunk | None:
-        """The next chunk of the round under way (one starts if none is), handled as
-        ``Checker._round_on`` handles it; None if the chunk's write failed (the round ends)."""
+    def _next_chunk(
+        self, fault: tuple[str, int] | None = None, *, early: bool = False
+    ) -> RoundChunk | None:
+        """The next chunk of the round under way (one starts if none is, ``early`` as the
+        service's early rounds), handled as ``Checker._round_on`` handles it; None if the
+        chunk's write failed (the round ends)."""
         process = self.process or self._start_process()
         assert self.writer is not None
         if self.round is None:
@@ -344,7 +349,9 @@ class ProtocolModel(RuleBasedStateMachine):
                 half_checkpoint=self.round_at.half,
                 op_checkpoint=self.round_at.op,
                 ended=process.ended,
-                rules=self.rules,
+                rules=replace(self.rules, recheck_after_ms=EARLY_RECHECK_MS)
+                if early
+                else self.rules,
                 now_ms=self._now_ms,
                 monotonic_ms=lambda: self.monotonic_ms,
                 half_end=self.cluster.half.end,
@@ -390,11 +397,17 @@ class ProtocolModel(RuleBasedStateMachine):
         """The rest of the round under way (or a whole new one), nothing failing."""
         self._whole_round()
 
-    def _whole_round(self) -> int:
+    @rule()
+    def checker_early_round(self) -> None:
+        """The rest of the round under way, or a new early one (before the check interval:
+        put-back copies stored less than an interval ago stop it)."""
+        self._whole_round(early=True)
+
+    def _whole_round(self, *, early: bool = False) -> int:
         """Run the round to its end; the work it did, or 1 if it stopped short of the end."""
         work = 0
         while True:
-            chunk = self._next_chunk()
+            chunk = self._next_chunk(early=early)
             work += chunk.decisions if chunk else 1
             if self.round is None:
                 assert chunk is not None
