@@ -360,6 +360,10 @@ class Checker:
                 break
             report.partitions.append(self._round_on(partition, rules))
             self.poll_membership()
+        if not report.partitions:
+            # Every partition revoked (a session lost in an outage's back-off): this was no
+            # round, and the next one stays due, as soon as the group gives some back.
+            return report
         report.seconds = time.monotonic() - started
         metrics.ROUND_SECONDS.observe(report.seconds)
         self.last_round_at = self._clock()

@@ -92,3 +92,24 @@ def test_an_early_round_asks_again_only_after_a_check_interval(outbox_topics: Ou
             time.sleep(TIMEOUT_SECONDS * 2)
         asked = _asked(outbox_topics)
     assert asked["first"] == 1, f"asked again before a check interval: {dict(asked)}"
+
+
+def test_a_round_that_walked_no_partition_leaves_the_next_one_due(outbox_topics: OutboxTopics):
+    """A round retried during an outage's back-off can find every partition revoked (the
+    session ran out); had it counted as a round, the rejoined replica would wait a whole
+    interval for the next one (measured after a broker restart: 26 s with no round)."""
+    checker = Checker(
+        CheckerSettings(
+            bootstrap_servers=outbox_topics.bootstrap,
+            topic_prefix=outbox_topics.names.prefix,
+            http_address="",
+            relay=False,
+        )
+    )
+    try:
+        assert checker.owned_partitions() == []  # it has not joined its group yet
+        report = checker.run_round()
+        assert report.partitions == []
+        assert checker.last_round_at is None
+    finally:
+        checker.close()
