@@ -44,6 +44,17 @@ log = logging.getLogger(__name__)
 _ATTEMPT_SECONDS = 5.0
 """One attempt to start the transactional producer: between attempts, a stop is heard."""
 
+OFFSETS_DEADLINE_SECONDS = 5.0
+"""A chunk still in ``send_offsets_to_transaction`` this long is abandoned and its producer
+fenced. The call is two round trips (milliseconds), but librdkafka 2.x can block in it far
+past its timeout when its group coordinator went away (confluentinc/librdkafka#5456, the
+relay's ``transaction_deadline`` for the same hang): caught by a broker restart, a chunk sat
+in it 80 s, and its open transaction held the half partition's last stable offset, so the
+relay could publish nothing behind it, until the watchdog's three client timeouts ran out."""
+
+_WATCH_SECONDS = 0.1
+"""How often the watchdog looks at a chunk that has not reached its commit yet."""
+
 _FRESH_SECONDS = 10.0
 """A producer started this recently, and unused since, serves a round as it is
 (:meth:`RoundWriter.renew_for_round`)."""
@@ -207,32 +218,40 @@ class RoundWriter:
             producer = self._producer
             self._fresh_until = 0.0
         abandoned = threading.Event()
-        committing = threading.Event()
+        progress = _Progress()
         outcome: list[ChunkResult | BaseException] = []
 
         def attempt() -> None:
             try:
                 outcome.append(
                     self._write(
-                        producer, abandoned, committing, chunk, group_metadata, now_ms, answer
+                        producer, abandoned, progress, chunk, group_metadata, now_ms, answer
                     )
                 )
             except BaseException as exc:
                 outcome.append(exc)
             finally:
-                committing.set()
+                progress.committing.set()
 
         deadline = time.monotonic() + self._timeout * 3
         worker = threading.Thread(target=attempt, name="checker-chunk-writer", daemon=True)
         worker.start()
-        committing.wait(self._timeout * 3)
+        while not progress.committing.wait(_WATCH_SECONDS) and time.monotonic() < deadline:
+            since = progress.sending_offsets_since
+            if since is not None and time.monotonic() - since > OFFSETS_DEADLINE_SECONDS:
+                log.error(
+                    "a chunk is stuck in send_offsets_to_transaction (over %.0fs)",
+                    OFFSETS_DEADLINE_SECONDS,
+                )
+                deadline = time.monotonic()
+                break
         return PendingChunk(self, worker, outcome, abandoned, deadline)
 
     def _write(
         self,
         producer: Producer,
         abandoned: threading.Event,
-        committing: threading.Event,
+        progress: _Progress,
         chunk: RoundChunk,
         group_metadata: Any,
         now_ms: Callable[[], int],
@@ -242,8 +261,9 @@ class RoundWriter:
 
         ``answer``, when given, resolves a due half itself (the checker's
         resolve-from-database mode) and returns the records that end it, or
-        an empty list to fall back to asking the producers. ``committing`` is
-        set once every record is produced: only the broker's part is left.
+        an empty list to fall back to asking the producers. ``progress`` tells the
+        watchdog when the offsets are being sent and when every record is produced
+        (only the broker's part is left).
         """
         result = ChunkResult()
         to_check, to_requeue, to_discard = self._screen(chunk)
@@ -293,7 +313,9 @@ class RoundWriter:
             )
             # The offsets first: their round trips to the coordinators overlap the copies'
             # acknowledgements, which the check requests wait for (they name the copies).
+            progress.sending_offsets_since = time.monotonic()
             producer.send_offsets_to_transaction([checkpoint], group_metadata, self._timeout)
+            progress.sending_offsets_since = None
             if copies:
                 if producer.flush(self._timeout) > 0:
                     raise KafkaException(
@@ -316,7 +338,7 @@ class RoundWriter:
                     for record in records:
                         producer.produce(**record.produce_kwargs())
                     result.checks_sent += 0 if ended else 1
-            committing.set()
+            progress.committing.set()
             producer.commit_transaction(self._timeout)
             return result
         except KafkaException as exc:
@@ -388,6 +410,16 @@ class RoundWriter:
             except KafkaException as exc:
                 log.error("could not abort the checker's transaction: %s", exc)
                 self.renew()
+
+
+@dataclass
+class _Progress:
+    """How far a chunk's attempt has got, for the watchdog in :meth:`RoundWriter.start`."""
+
+    committing: threading.Event = field(default_factory=threading.Event)
+    """Every record produced: only the broker's part (the commit) is left."""
+    sending_offsets_since: float | None = None
+    """When the attempt entered ``send_offsets_to_transaction``, while it is in it."""
 
 
 class PendingChunk:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 from outbox_checker import service
+from outbox_checker.round_writer import OFFSETS_DEADLINE_SECONDS
 from outbox_checker.rules import RoundChunk
 
 from outbox.errors import KafkaUnavailableError
@@ -28,6 +30,7 @@ from tests.checker.support import (
     ensure_check_topic,
     pending_half,
     running_checker,
+    wait_for,
     write,
 )
 from tests.producer.conftest import OutboxTopics
@@ -97,6 +100,9 @@ def test_a_round_failing_while_a_chunk_commits_remembers_that_chunk(
         with pytest.raises(KafkaUnavailableError, match="went away"):
             checker.run_round()
         monkeypatch.setattr(service, "iter_round", decide)
+        # The commit returned once the coordinator logged it; the markers that make the
+        # copies readable reach the half partition a moment later.
+        wait_for(lambda: len(outbox_topics.read(outbox_topics.names.half)) == 6, 30, "the copies")
         # The two halves the first chunk left, and its two copies (due at once: a copy ages
         # from its original's store time) asked a second time; had the replica forgotten the
         # first chunk, it would walk its two halves again (six checks).
@@ -180,3 +186,39 @@ def test_a_chunk_stuck_in_its_commit_is_abandoned_and_fenced_once(
             released.set()
     abandoned = [r for r in caplog.records if "writing a chunk is stuck" in r.getMessage()]
     assert len(abandoned) == 1
+
+
+def test_a_chunk_stuck_sending_its_offsets_is_abandoned_within_seconds(
+    outbox_topics: OutboxTopics,
+):
+    """librdkafka can block in ``send_offsets_to_transaction`` far past its timeout once its
+    group coordinator went away (seen after a broker restart: 80 s). The chunk's open
+    transaction holds the half partition's last stable offset, so the relay publishes
+    nothing behind it: the watchdog gives up on that call after seconds, not three client
+    timeouts (90 s), and the fresh producer fences the stuck one."""
+    halves_on_partition_zero(outbox_topics, 2)
+    released = threading.Event()
+
+    class StuckOffsets(Producer):
+        """The real producer; its first offsets wait, as librdkafka's hang does."""
+
+        def send_offsets_to_transaction(self, *args: Any) -> None:
+            if not released.is_set():
+                released.wait(60)
+            super().send_offsets_to_transaction(*args)
+
+    with running_checker(outbox_topics, SkewedClock(60)) as checker:
+        checker._writer._producer_factory = StuckOffsets
+        checker._writer.renew()
+        started = time.monotonic()
+        try:
+            with pytest.raises(KafkaUnavailableError, match="stuck"):
+                checker.run_round()
+            took = time.monotonic() - started
+        finally:
+            released.set()
+        assert took <= OFFSETS_DEADLINE_SECONDS + 5, f"abandoned after {took:.0f}s"
+        # The fresh producer wrote nothing of the stuck chunk; the next round writes it whole.
+        assert checker.run_round().checks_sent == 2
+    asked = Counter(r.half.transaction_id for r in check_requests(outbox_topics))
+    assert asked == {"t0": 1, "t1": 1}

@@ -6,11 +6,14 @@ import faulthandler
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from outbox_checker.service import Checker
 from outbox_checker.settings import CheckerSettings
@@ -19,10 +22,20 @@ from prometheus_client import REGISTRY
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
 from outbox.errors import KafkaUnavailableError
 from outbox.protocol import TopicNames
-from tests.checker.support import SkewedClock, check_requests, pending_half, wait_for, write
+from tests.checker.support import (
+    SkewedClock,
+    check_requests,
+    pending_half,
+    running_checker,
+    wait_for,
+    write,
+)
 from tests.producer.conftest import OutboxTopics
 
 pytestmark = pytest.mark.kafka
+
+CHUNK_AFTER_RETURN_SECONDS = 20.0
+"""How long a chunk caught by a broker restart may still run once the broker is back."""
 
 
 @dataclass
@@ -176,3 +189,66 @@ def test_a_stopped_checker_exits_within_a_pod_grace_period_while_the_broker_is_d
             faulthandler.dump_traceback(sys.__stderr__, all_threads=True)  # where it waits
         own_kafka_broker.start()
     assert exited, f"still running {took:.0f}s after stop()"
+
+
+@pytest.mark.parametrize("stage", ["send_offsets_to_transaction", "flush", "commit_transaction"])
+def test_a_chunk_caught_by_a_broker_restart_is_over_soon_after_the_broker_returns(
+    own_kafka_broker, stage: str
+):
+    """A round chunk whose Kafka transaction was open when its broker restarted holds the
+    half partition's last stable offset (the relay cannot read on past it) until it ends.
+
+    Measured after a broker restart: a chunk stuck in ``send_offsets_to_transaction``
+    held publication 85 s, until the chunk watchdog's three client timeouts ran out.
+    """
+    prefix = f"chunk-{uuid.uuid4().hex[:6]}"
+    names = TopicNames(prefix)
+    topics = OutboxTopics(own_kafka_broker.bootstrap_servers, names, f"{prefix}-events")
+    ensure_topics(
+        AdminClient(topics.client_config),
+        [*plan_topics(names, 3, 1, ("orders",)), TopicSpec(topics.real_topic, 1, 1)],
+    )
+    write(topics, *(pending_half(topics, f"t{i}").to_record(names, 0) for i in range(3)))
+    at_offsets, stopped = threading.Event(), threading.Event()
+
+    class RestartedAtItsOffsets(Producer):
+        """The real producer; the broker stops as it enters ``stage``, and comes back."""
+
+        def _stage(self, name: str, *args: Any) -> Any:
+            if name == stage and not at_offsets.is_set():
+                at_offsets.set()
+                stopped.wait(60)
+            return getattr(super(), name)(*args)
+
+        def send_offsets_to_transaction(self, *args: Any) -> None:
+            self._stage("send_offsets_to_transaction", *args)
+
+        def flush(self, *args: Any) -> int:
+            return self._stage("flush", *args)
+
+        def commit_transaction(self, *args: Any) -> None:
+            self._stage("commit_transaction", *args)
+
+    with running_checker(topics, SkewedClock(60)) as checker:
+        checker._writer._producer_factory = RestartedAtItsOffsets
+        checker._writer.renew()
+        outcome: list[object] = []
+
+        def round_() -> None:
+            try:
+                outcome.append(checker.run_round())
+            except Exception as exc:  # the round may fail: it is retried from its checkpoint
+                outcome.append(exc)
+
+        walking = threading.Thread(target=round_, daemon=True)
+        walking.start()
+        assert at_offsets.wait(60), "the round wrote no chunk"
+        own_kafka_broker.stop()  # from this thread: the broker's process dies with its starter
+        stopped.set()
+        time.sleep(5)
+        own_kafka_broker.start()
+        back = time.monotonic()
+        walking.join(120)
+        took = time.monotonic() - back
+    assert outcome, "the round never ended"
+    assert took <= CHUNK_AFTER_RETURN_SECONDS, f"the chunk ended {took:.0f}s after the return"
