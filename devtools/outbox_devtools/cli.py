@@ -42,8 +42,11 @@ def register_chaos(app: typer.Typer) -> None:
         help="Run the pipeline under seeded faults (kill -9 of producers, of a producer answering"
         " a check, of one or every checker replica; broker restarts; freezes of the broker and"
         " of a checker; with --brokers 3 a rolling restart and kills of a half partition's"
-        " leader and of a relay's transaction coordinator) and verify every commit is"
-        " published once, nothing committed is lost and nothing rolled back is visible.",
+        " leader and of a relay's transaction coordinator; with --network-partitions, links"
+        " cut while both sides run: a checker replica or a producer from every broker, and on"
+        " a cluster a node, or a half partition's leader, from the other nodes) and verify"
+        " every commit is published once, nothing committed is lost and nothing rolled back"
+        " is visible.",
         log_level="WARNING",
     )
 

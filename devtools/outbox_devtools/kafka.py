@@ -26,7 +26,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -50,6 +50,8 @@ OFFSETS_PARTITIONS = 4
 """``offsets.topic.num.partitions`` of every local broker."""
 CLUSTER_NODE_COUNTS = range(3, 6)
 """Node counts a :class:`LocalKafkaCluster` accepts; one node is :class:`LocalKafka` itself."""
+NAMESPACED_PORTS = (9092, 9093)
+"""Client and controller port of a node on an address of its own (a network namespace)."""
 _BROKER_JAR_GLOB = f"kafka_{SCALA_VERSION}-*.jar"
 
 log = logging.getLogger(__name__)
@@ -281,8 +283,13 @@ class LocalKafka:
         node_id: int = 1,
         quorum: Quorum | None = None,
         security: BrokerSecurity | None = None,
+        launcher: Sequence[str] = (),
     ) -> None:
-        """``quorum`` makes this node one of a :class:`LocalKafkaCluster` (see there)."""
+        """``quorum`` makes this node one of a :class:`LocalKafkaCluster` (see there).
+
+        ``launcher`` prefixes the JVM's command, e.g. ``ip netns exec NAME`` to run the node
+        in a network namespace of the chaos run (then ``host`` is that namespace's address
+        and the ports are its own: the machine's are not checked)."""
         self._owns_work_dir = work_dir is None
         self.work_dir = Path(work_dir) if work_dir else _temp_work_dir()
         self.libs_dir = libs_dir
@@ -296,6 +303,7 @@ class LocalKafka:
         self.node_id = node_id
         self.quorum = quorum
         self.security = security
+        self.launcher = list(launcher)
         self.last_start_seconds: float | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._atexit_registered = False
@@ -459,7 +467,7 @@ class LocalKafka:
         if self.libs_dir is None:
             self.libs_dir = ensure_kafka_jars()
         _check_libs(self.libs_dir)
-        for port in (self.port, self.controller_port):
+        for port in () if self.launcher else (self.port, self.controller_port):
             if _port_in_use(self.host, port):
                 raise KafkaRuntimeError(
                     f"port {port} on {self.host} is already in use; "
@@ -474,7 +482,7 @@ class LocalKafka:
         this runs on the caller's long-lived thread, never on a helper thread.
         """
         config = self.work_dir / "server.properties"
-        argv = self._java_argv("kafka.Kafka", str(config), heap=self.heap)
+        argv = [*self.launcher, *self._java_argv("kafka.Kafka", str(config), heap=self.heap)]
         self._proc = processes.spawn(argv, log_path=self.log_path, detached=self.detached)
         if not self.detached and not self._atexit_registered:
             atexit.register(self._stop_at_exit)
@@ -712,8 +720,14 @@ class LocalKafkaCluster:
         start_timeout: float = DEFAULT_START_TIMEOUT,
         detached: bool = False,
         overrides: dict[str, str] | None = None,
+        hosts: Sequence[str] | None = None,
+        launchers: Sequence[Sequence[str]] | None = None,
     ) -> None:
-        """``ports``: (client, controller) per node, e.g. to bring a recorded cluster back."""
+        """``ports``: (client, controller) per node, e.g. to bring a recorded cluster back.
+
+        ``hosts`` and ``launchers``: each node's own address and command prefix (see
+        :class:`LocalKafka`), for nodes in network namespaces that can be cut from each
+        other; each node then has the default ports on its own address."""
         if nodes == 1:
             raise KafkaRuntimeError("a single node is LocalKafka; LocalKafkaCluster needs 3 to 5")
         check_node_count(nodes)
@@ -721,18 +735,24 @@ class LocalKafkaCluster:
             raise KafkaRuntimeError(f"{len(ports)} port pairs given for {nodes} nodes")
         self._owns_work_dir = work_dir is None
         self.work_dir = Path(work_dir) if work_dir else _temp_work_dir()
+        node_hosts = list(hosts) if hosts is not None else [host] * nodes
+        node_launchers = [list(x) for x in launchers] if launchers is not None else [[]] * nodes
+        if len(node_hosts) != nodes or len(node_launchers) != nodes:
+            raise KafkaRuntimeError(f"{nodes} nodes need {nodes} hosts and launchers")
+        if ports is None and hosts is not None:
+            ports = [(NAMESPACED_PORTS[0], NAMESPACED_PORTS[1])] * nodes
         if ports is None:
             flat = _distinct_free_ports(host, 2 * nodes)
             ports = [(flat[2 * i], flat[2 * i + 1]) for i in range(nodes)]
         self.quorum = Quorum(
             TEMPLATE_CLUSTER_ID,
-            tuple((i + 1, host, controller) for i, (_, controller) in enumerate(ports)),
+            tuple((i + 1, node_hosts[i], controller) for i, (_, controller) in enumerate(ports)),
         )
         self.nodes = [
             LocalKafka(
                 self.work_dir / f"node-{i + 1}",
                 libs_dir=libs_dir,
-                host=host,
+                host=node_hosts[i],
                 port=port,
                 controller_port=controller,
                 heap=heap,
@@ -741,6 +761,7 @@ class LocalKafkaCluster:
                 overrides=overrides,
                 node_id=i + 1,
                 quorum=self.quorum,
+                launcher=node_launchers[i],
             )
             for i, (port, controller) in enumerate(ports)
         ]

@@ -153,3 +153,51 @@ def test_discard_cycles_are_drawn_last_and_leave_the_older_faults_where_they_wer
     assert len(cycles) == 2
     assert [f for f in plan if f not in cycles] == older
     assert all(f.describe() == "discard-and-resume cycle" for f in cycles)
+
+
+CUTS = {"checker_cuts": 2, "producer_cuts": 1, "node_cuts": 1, "half_leader_cuts": 1}
+
+
+def test_network_cuts_are_drawn_last_and_leave_the_older_faults_where_they_were():
+    """Seeds quoted before --network-partitions keep meaning the same kills and freezes."""
+    for sizes in (SIZES, {**SIZES, **CLUSTER, "rolling_restarts": 1, "coordinator_kills": 1}):
+        older = fault_plan(4, broker_restarts=2, broker_freezes=1, mid_chunk_kills=1, **sizes)
+        plan = fault_plan(
+            4, broker_restarts=2, broker_freezes=1, mid_chunk_kills=1, **sizes, **CUTS
+        )
+        cuts = [f for f in plan if f.kind.cuts]
+        assert [f for f in plan if not f.kind.cuts] == older
+        assert all(f.kind.verb == "cut" and not f.kind.freezes for f in cuts)
+        assert plan == fault_plan(
+            4, broker_restarts=2, broker_freezes=1, mid_chunk_kills=1, **sizes, **CUTS
+        )
+
+
+def test_a_cut_checker_stays_cut_past_its_session_and_a_producer_mid_send():
+    plan = fault_plan(9, broker_restarts=0, **SIZES, **CUTS)
+    checkers = [f for f in plan if f.kind is FaultKind.CUT_CHECKER]
+    producers = [f for f in plan if f.kind is FaultKind.CUT_PRODUCER]
+    assert len(checkers) == 2 and len(producers) == 1
+    assert all(10.0 <= f.down_seconds <= 25.0 and 0 <= f.target < 2 for f in checkers)
+    assert all(5.0 <= f.down_seconds <= 15.0 and 0 <= f.target < 4 for f in producers)
+    assert checkers[0].describe().startswith("cut checker #")
+    assert (
+        checkers[0]
+        .describe()
+        .endswith("from every broker, cut " + f"{checkers[0].down_seconds:.1f}s")
+    )
+    # One broker has no other node to be cut from: the node cuts need a cluster.
+    assert not any(f.kind.cuts_nodes for f in plan)
+
+
+def test_a_cluster_adds_a_minority_node_cut_and_a_leader_cut_from_its_followers():
+    plan = fault_plan(9, broker_restarts=0, **SIZES, **CLUSTER, **CUTS)
+    nodes = [f for f in plan if f.kind is FaultKind.CUT_NODE]
+    leaders = [f for f in plan if f.kind is FaultKind.CUT_HALF_LEADER]
+    assert len(nodes) == 1 and 1 <= nodes[0].target <= 3  # a node id
+    assert len(leaders) == 1 and 0 <= leaders[0].target < 4  # a half partition
+    assert all(f.kind.cuts_nodes and 10.0 <= f.down_seconds <= 20.0 for f in nodes + leaders)
+    assert nodes[0].describe().startswith(f"cut node {nodes[0].target} from the other nodes")
+    assert leaders[0].describe().startswith("cut half leader of partition ")
+    single = fault_plan(9, broker_restarts=0, **SIZES, **CUTS)
+    assert [f for f in plan if not f.kind.cuts_nodes] == single

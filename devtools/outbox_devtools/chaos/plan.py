@@ -43,6 +43,16 @@ class FaultKind(StrEnum):
     DISCARD_RESUME_CYCLE = "discard-and-resume cycle"
     """Orders of a group nobody answers for: discarded, resumed, discarded again, resumed with
     a producer answering (see :mod:`outbox_devtools.chaos.discard_cycle`)."""
+    CUT_CHECKER = "cut checker"
+    """A checker replica cut from every broker while it keeps running (``--network-partitions``,
+    :mod:`outbox_devtools.chaos.network`): past its session its partitions move to the other
+    replica while it still believes it owns them, the zombie a partition makes."""
+    CUT_PRODUCER = "cut producer"
+    """A producer process cut from every broker in the middle of its sends."""
+    CUT_NODE = "cut node"
+    """Cluster only: one node cut from the other nodes (a minority), clients still reach it."""
+    CUT_HALF_LEADER = "cut half leader"
+    """Cluster only: the node leading a half partition cut from its followers (the other nodes)."""
 
     @property
     def verb(self) -> str:
@@ -51,6 +61,8 @@ class FaultKind(StrEnum):
             return "freeze"
         if self is FaultKind.ROLLING_RESTART:
             return "restart"
+        if self in CUT_KINDS:
+            return "cut"
         return "stop" if self is FaultKind.STOP_BROKER else "kill -9"
 
     @property
@@ -64,6 +76,16 @@ class FaultKind(StrEnum):
         return self in (FaultKind.FREEZE_BROKER, FaultKind.FREEZE_CHECKER)
 
     @property
+    def cuts(self) -> bool:
+        """A network partition: the target keeps running, its links are cut, then healed."""
+        return self in CUT_KINDS
+
+    @property
+    def cuts_nodes(self) -> bool:
+        """Cuts Kafka nodes from each other: in a cluster, one broker fault at a time."""
+        return self in (FaultKind.CUT_NODE, FaultKind.CUT_HALF_LEADER)
+
+    @property
     def has_target(self) -> bool:
         """Whether the fault picks one process (``#n``) rather than a whole role."""
         return self in (
@@ -72,6 +94,8 @@ class FaultKind(StrEnum):
             FaultKind.KILL_ANSWERING_PRODUCER,
             FaultKind.FREEZE_CHECKER,
             FaultKind.KILL_CHECKER_MID_CHUNK,
+            FaultKind.CUT_CHECKER,
+            FaultKind.CUT_PRODUCER,
         )
 
 
@@ -84,6 +108,9 @@ BROKER_KINDS = frozenset(
         FaultKind.KILL_HALF_LEADER,
         FaultKind.KILL_RELAY_COORDINATOR,
     }
+)
+CUT_KINDS = frozenset(
+    {FaultKind.CUT_CHECKER, FaultKind.CUT_PRODUCER, FaultKind.CUT_NODE, FaultKind.CUT_HALF_LEADER}
 )
 NODE_KINDS = (FaultKind.STOP_BROKER, FaultKind.KILL_BROKER, FaultKind.FREEZE_BROKER)
 """The single-broker faults; in a cluster each strikes one seeded node."""
@@ -106,7 +133,13 @@ class Fault:
             return "rolling restart of every node"
         if self.kind is FaultKind.DISCARD_RESUME_CYCLE:
             return "discard-and-resume cycle"
-        if self.kind is FaultKind.KILL_HALF_LEADER:
+        if self.kind in (FaultKind.CUT_CHECKER, FaultKind.CUT_PRODUCER):
+            target = f" #{self.target} from every broker"
+        elif self.kind is FaultKind.CUT_NODE:
+            target = f" {self.target} from the other nodes"
+        elif self.kind is FaultKind.CUT_HALF_LEADER:
+            target = f" of partition {self.target} from its followers"
+        elif self.kind is FaultKind.KILL_HALF_LEADER:
             target = f" of partition {self.target}"
         elif self.kind is FaultKind.KILL_RELAY_COORDINATOR:
             target = f" of checker #{self.target}"
@@ -114,7 +147,8 @@ class Fault:
             target = f" node {self.target}"
         else:
             target = f" #{self.target}" if self.kind.has_target else ""
-        return f"{self.kind}{target}, down {self.down_seconds:.1f}s"
+        state = "cut" if self.kind.cuts else "down"
+        return f"{self.kind}{target}, {state} {self.down_seconds:.1f}s"
 
 
 def fault_plan(
@@ -136,6 +170,10 @@ def fault_plan(
     coordinator_kills: int = 0,
     mid_chunk_kills: int = 0,
     discard_cycles: int = 0,
+    checker_cuts: int = 0,
+    producer_cuts: int = 0,
+    node_cuts: int = 0,
+    half_leader_cuts: int = 0,
 ) -> list[Fault]:
     """The faults of one run, in firing order; the same arguments give the same plan.
 
@@ -182,4 +220,12 @@ def fault_plan(
         faults += draw(FaultKind.KILL_RELAY_COORDINATOR, coordinator_kills, checkers, (1.0, 6.0))
     faults += draw(FaultKind.KILL_CHECKER_MID_CHUNK, mid_chunk_kills, checkers, (0.5, 8.0))
     faults += draw(FaultKind.DISCARD_RESUME_CYCLE, discard_cycles, 0, None)
+    # Partitions last (and only asked for with --network-partitions): every older seed keeps
+    # its faults. A checker stays cut past its session (6 s) so its partitions move.
+    faults += draw(FaultKind.CUT_CHECKER, checker_cuts, checkers, (10.0, 25.0))
+    faults += draw(FaultKind.CUT_PRODUCER, producer_cuts, producers, (5.0, 15.0))
+    if brokers > 1:
+        cut_nodes = draw(FaultKind.CUT_NODE, node_cuts, brokers, (10.0, 20.0))
+        faults += [replace(fault, target=fault.target + 1) for fault in cut_nodes]  # a node id
+        faults += draw(FaultKind.CUT_HALF_LEADER, half_leader_cuts, partitions, (10.0, 20.0))
     return sorted(faults, key=lambda fault: fault.at_share)

@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -30,9 +30,11 @@ whose producers would log each property as ignored."""
 class ProducerProcess:
     """One producer slot: the live process and the counts of its dead incarnations."""
 
-    def __init__(self, config: WorkerConfig, log_dir: Path) -> None:
+    def __init__(self, config: WorkerConfig, log_dir: Path, launcher: Sequence[str] = ()) -> None:
+        """``launcher`` prefixes the command (``ip netns exec``: a host of the chaos network)."""
         self.config = config
         self.log_dir = log_dir
+        self.launcher = list(launcher)
         self.incarnation = 0
         self.earlier_sent = 0
         self._sent = 0
@@ -59,7 +61,13 @@ class ProducerProcess:
         config = replace(self.config, incarnation=self.incarnation)
         log = (self.log_dir / f"producer-{config.worker}.{self.incarnation}.log").open("w")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "outbox_devtools.chaos.worker", config.to_json()],
+            [
+                *self.launcher,
+                sys.executable,
+                "-m",
+                "outbox_devtools.chaos.worker",
+                config.to_json(),
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=log,
@@ -128,8 +136,12 @@ class ProducerProcess:
 class CheckerProcess:
     """One checker replica (``outbox checker``) with a stable instance id."""
 
-    def __init__(self, index: int, env: Mapping[str, str], log_dir: Path) -> None:
+    def __init__(
+        self, index: int, env: Mapping[str, str], log_dir: Path, launcher: Sequence[str] = ()
+    ) -> None:
+        """``launcher`` prefixes the command (``ip netns exec``: a host of the chaos network)."""
         self.index = index
+        self.launcher = list(launcher)
         self.instance_id = f"checker-{index}"
         self.arm_file = log_dir / f"arm-checker-{index}"
         self.env = {
@@ -173,7 +185,7 @@ class CheckerProcess:
         self._armed_at = 0
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "outbox_devtools.chaos.checker_process"],
+                [*self.launcher, sys.executable, "-m", "outbox_devtools.chaos.checker_process"],
                 env=self.env,
                 stdout=log,
                 stderr=log,

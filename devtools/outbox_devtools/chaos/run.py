@@ -17,6 +17,7 @@ Phases, each shown as it runs:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import shutil
@@ -44,6 +45,7 @@ from outbox.protocol import TopicNames
 from outbox.sql import create_engine, upgrade
 from outbox.sql.log import transaction_log_table
 from outbox_devtools.chaos.discard_cycle import MUTE_GROUP, DiscardCycle
+from outbox_devtools.chaos.network import ChaosNetwork, Cut, unavailable_reason
 from outbox_devtools.chaos.plan import Fault, FaultKind, fault_plan
 from outbox_devtools.chaos.processes import CLIENT_TIMEOUTS, CheckerProcess, ProducerProcess
 from outbox_devtools.chaos.settings import ChaosSettings
@@ -58,6 +60,7 @@ from outbox_devtools.chaos.verdict import (
 from outbox_devtools.chaos.worker import GROUP, ORDERS_TABLE, WorkerConfig
 from outbox_devtools.chaos.writability import WritabilityMonitor
 from outbox_devtools.kafka import (
+    NAMESPACED_PORTS,
     LocalKafka,
     LocalKafkaCluster,
     ensure_kafka_jars,
@@ -116,6 +119,10 @@ class FaultEvent:
     """Longest of the run's publication stalls (while publication was possible) touching it."""
     writable_stall: float | None = None
     """The same, counted only while Kafka could also take the relay's writes."""
+    cut: Cut | None = None
+    """A network partition under way: healed, not restarted, when the down time is over."""
+    cut_nodes: tuple[int, ...] = ()
+    """Kafka nodes cut from the others: a broker fault (one at a time), and down for writes."""
 
 
 @dataclass
@@ -157,6 +164,8 @@ class Cluster:
     producers_answer_checks: bool = True
     """False with --resolve-from-db: the checker reads the transaction log instead."""
     database_url: str = ""
+    network: ChaosNetwork | None = None
+    """The hosts in namespaces, with --network-partitions (see :mod:`.network`)."""
     started: float = field(default_factory=time.monotonic)
 
     @property
@@ -184,9 +193,11 @@ class Cluster:
         acks=all write (min.insync.replicas=2) and, with two controllers gone, the
         quorum, a different experiment. One broker has no such choice to make.
         """
-        if isinstance(self.kafka, LocalKafka) or not fault.kind.hits_a_broker:
+        if isinstance(self.kafka, LocalKafka) or not (
+            fault.kind.hits_a_broker or fault.kind.cuts_nodes
+        ):
             return True
-        if any(e.back_after is None and (e.node or e.steps) for e in self.events):
+        if any(e.back_after is None and (e.node or e.steps or e.cut_nodes) for e in self.events):
             return False
         return self.kafka.is_running() and not self.kafka.under_replicated()
 
@@ -262,6 +273,9 @@ def _checker_env(bootstrap: str, database_url: str | None) -> dict[str, str]:
 
 
 def _fire(cluster: Cluster, fault: Fault, console: Console) -> None:
+    if fault.kind.cuts:
+        _fire_cut(cluster, fault, console)
+        return
     if fault.kind.hits_a_broker:
         _fire_at_kafka(cluster, fault, console)
         return
@@ -357,6 +371,43 @@ def _fire_at_kafka(cluster: Cluster, fault: Fault, console: Console) -> None:
     else:
         node.kill()
     _record(cluster, fault, name, [], console, node=node, frozen=fault.kind.freezes)
+
+
+def _fire_cut(cluster: Cluster, fault: Fault, console: Console) -> None:
+    """Cut a host's links; its processes keep running on both sides until the cut heals.
+
+    A checker or a producer is cut from every broker (the machine, the database and
+    the other replicas still reach it); a node from the other nodes only, so clients
+    still reach the minority node, which is what makes it dangerous.
+    """
+    network = cluster.network
+    assert network is not None, "the plan has cuts only with --network-partitions"
+    kafka = cluster.kafka
+    nodes = kafka.nodes if isinstance(kafka, LocalKafkaCluster) else [kafka]
+    brokers = [f"b{node.node_id}" for node in nodes]
+    if fault.kind is FaultKind.CUT_CHECKER:
+        cut = network.cut(f"c{fault.target}", brokers)
+        checker = cluster.checkers[fault.target]
+        # Counted as a checker down: with every replica cut or down nothing can publish.
+        name, processes, detail = f"checker {fault.target}", [checker], " from every broker"
+        _record(cluster, fault, name, processes, console, cut=cut, detail=detail)
+        return
+    if fault.kind is FaultKind.CUT_PRODUCER:
+        cut = network.cut(f"p{fault.target}", brokers)
+        name = f"producer {fault.target}"
+        _record(cluster, fault, name, [], console, cut=cut, detail=" from every broker")
+        return
+    assert isinstance(kafka, LocalKafkaCluster)
+    if fault.kind is FaultKind.CUT_HALF_LEADER:
+        half = TopicNames(PREFIX).half
+        node = kafka.leader_of(half, fault.target)
+        name = f"node {node.node_id} (leader of {half}[{fault.target}])"
+        detail = " from its followers"
+    else:
+        node = kafka.node(fault.target)
+        name, detail = f"node {node.node_id}", " from the other nodes"
+    cut = network.cut(f"b{node.node_id}", brokers)
+    _record(cluster, fault, name, [], console, cut=cut, cut_nodes=(node.node_id,), detail=detail)
 
 
 def _strike_armed(cluster: Cluster, console: Console) -> None:
@@ -468,10 +519,13 @@ def _record(
     node: LocalKafka | None = None,
     frozen: bool = False,
     detail: str = "",
+    cut: Cut | None = None,
+    cut_nodes: tuple[int, ...] = (),
 ) -> None:
-    """Log a fault that struck; its targets come back after its down time."""
+    """Log a fault that struck; its targets come back (or its cut heals) after its down time."""
     restart_at = time.monotonic() + fault.down_seconds
     event = FaultEvent(fault, cluster.elapsed(), name, restart_at, processes, node, frozen)
+    event.cut, event.cut_nodes = cut, cut_nodes
     cluster.events.append(event)
     console.print(
         f"    [red]{event.at_seconds:6.1f}s[/] {fault.kind.verb} {name}{detail} at "
@@ -500,6 +554,9 @@ def _restart_due(cluster: Cluster, console: Console, *, all_now: bool = False) -
                 continue
         elif now < event.restart_at and not all_now:
             continue
+        elif event.cut is not None:  # a cut kills nothing: a process another fault killed
+            assert cluster.network is not None  # meanwhile comes back with that fault
+            cluster.network.heal(event.cut)
         elif event.frozen:
             if event.node is not None:
                 event.node.thaw()
@@ -513,8 +570,9 @@ def _restart_due(cluster: Cluster, console: Console, *, all_now: bool = False) -
                     process.start()
         event.ended_wall = time.time()
         event.back_after = event.ended_wall - event.began_wall
+        back = "healed" if event.cut is not None else "back"
         console.print(
-            f"    [green]{cluster.elapsed():6.1f}s[/] {event.target} back "
+            f"    [green]{cluster.elapsed():6.1f}s[/] {event.target} {back} "
             f"({event.back_after:.1f}s after the fault)",
             highlight=False,
         )
@@ -684,6 +742,11 @@ class Sink:
 
 def run(console: Console, settings: ChaosSettings) -> int:
     started = time.monotonic()
+    if settings.network_partitions and (reason := unavailable_reason()) is not None:
+        line = f"chaos: refused: {reason}; run without --network-partitions"
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+        return 2
+    cuts = settings.network_partitions
     faults = fault_plan(
         settings.seed,
         producers=settings.producers,
@@ -702,6 +765,10 @@ def run(console: Console, settings: ChaosSettings) -> int:
         coordinator_kills=settings.coordinator_kills,
         mid_chunk_kills=settings.mid_chunk_kills,
         discard_cycles=settings.discard_cycles,
+        checker_cuts=settings.checker_cuts if cuts else 0,
+        producer_cuts=settings.producer_cuts if cuts else 0,
+        node_cuts=settings.node_cuts if cuts else 0,
+        half_leader_cuts=settings.half_leader_cuts if cuts else 0,
     )
     _step(console, f"seed {settings.seed}: {len(faults)} faults planned")
     for fault in faults:
@@ -720,17 +787,20 @@ def run(console: Console, settings: ChaosSettings) -> int:
     logs = work / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     console.print(f"    work dir {work} (logs in {logs})", highlight=False)
-    kafka_runtime = (
-        LocalKafka(work / "kafka")
-        if settings.brokers == 1
-        else LocalKafkaCluster(work / "kafka", nodes=settings.brokers)
-    )
+    network = ChaosNetwork(_hosts(settings)) if settings.network_partitions else None
     with (
+        contextlib.closing(network.create()) if network else contextlib.nullcontext(),
         _library_logs_to(logs / "controller.log"),
         LocalPostgres(database="chaos") as postgres,
-        kafka_runtime as kafka,
+        _kafka_runtime(settings, work, network) as kafka,
     ):
         bootstrap = kafka.bootstrap_servers
+        if network is not None:
+            console.print(
+                f"    network {network.subnet}.0/24: hosts {', '.join(network.hosts)} in"
+                f" namespaces {network.namespace('*')}",
+                highlight=False,
+            )
         console.print(
             f"    Kafka {bootstrap} (started in {kafka.last_start_seconds:.1f}s); "
             f"PostgreSQL {postgres.url}",
@@ -748,18 +818,29 @@ def run(console: Console, settings: ChaosSettings) -> int:
                 TopicSpec(REAL_TOPIC, settings.partitions, copies, real_config),
             ],
         )
+        # Hosts in namespaces reach the database through its socket, never across a cut.
+        hosted_url = _socket_url(postgres) if network is not None else postgres.url
+        if resolve_url is not None:
+            resolve_url = hosted_url
+
+        def launcher(host: str) -> list[str]:
+            return network.launcher(host) if network is not None else []
+
         cluster = Cluster(
             kafka,
             [
-                CheckerProcess(i, _checker_env(bootstrap, resolve_url), logs)
+                CheckerProcess(i, _checker_env(bootstrap, resolve_url), logs, launcher(f"c{i}"))
                 for i in range(settings.checkers)
             ],
             [
-                ProducerProcess(_worker_config(settings, bootstrap, postgres.url, i), logs)
+                ProducerProcess(
+                    _worker_config(settings, bootstrap, hosted_url, i), logs, launcher(f"p{i}")
+                )
                 for i in range(settings.producers)
             ],
             producers_answer_checks=not settings.resolve_from_db,
             database_url=postgres.url,
+            network=network,
         )
         sink = Sink(bootstrap, work, settings.sink_format)
         try:
@@ -780,6 +861,52 @@ def run(console: Console, settings: ChaosSettings) -> int:
     if not verdict.failures and not settings.work_dir:
         shutil.rmtree(work, ignore_errors=True)
     return 1 if verdict.failures else 0
+
+
+def _hosts(settings: ChaosSettings) -> list[str]:
+    """The chaos network's hosts: each broker, checker replica and producer on its own."""
+    return [
+        *(f"b{node}" for node in range(1, settings.brokers + 1)),
+        *(f"c{index}" for index in range(settings.checkers)),
+        *(f"p{index}" for index in range(settings.producers)),
+    ]
+
+
+def _kafka_runtime(
+    settings: ChaosSettings, work: Path, network: ChaosNetwork | None
+) -> LocalKafka | LocalKafkaCluster:
+    """One broker or a cluster; with a network, each node on its own host (namespace)."""
+    if network is None:
+        if settings.brokers == 1:
+            return LocalKafka(work / "kafka")
+        return LocalKafkaCluster(work / "kafka", nodes=settings.brokers)
+    hosts = [f"b{node}" for node in range(1, settings.brokers + 1)]
+    if settings.brokers == 1:
+        port, controller_port = NAMESPACED_PORTS
+        return LocalKafka(
+            work / "kafka",
+            host=network.address("b1"),
+            port=port,
+            controller_port=controller_port,
+            launcher=network.launcher("b1"),
+        )
+    return LocalKafkaCluster(
+        work / "kafka",
+        nodes=settings.brokers,
+        hosts=[network.address(host) for host in hosts],
+        launchers=[network.launcher(host) for host in hosts],
+    )
+
+
+def _socket_url(postgres: LocalPostgres) -> str:
+    """The database's URL through its Unix socket (a namespace shares the filesystem)."""
+    assert postgres.root_dir is not None
+    local = f"@127.0.0.1:{postgres.port}/"
+    assert local in postgres.url, postgres.url
+    return (
+        postgres.url.replace(local, "@/")
+        + f"?host={postgres.root_dir / 'run'}&port={postgres.port}"
+    )
 
 
 def _keep_database(console: Console, postgres: LocalPostgres, path: Path) -> None:
@@ -886,11 +1013,15 @@ def _writability_monitor(cluster: Cluster, settings: ChaosSettings) -> Writabili
     names = TopicNames(PREFIX)
 
     def down_nodes() -> frozenset[int]:
-        return frozenset(
-            event.node.node_id
+        """Killed, stopped or frozen nodes, and nodes cut from the others (no replication)."""
+        under_way = [
+            event
             for event in list(cluster.events)
-            if event.node is not None and event.ended_wall is None and event.outcome is None
-        )
+            if event.ended_wall is None and event.outcome is None
+        ]
+        return frozenset(
+            event.node.node_id for event in under_way if event.node is not None
+        ) | frozenset(node for event in under_way for node in event.cut_nodes)
 
     return WritabilityMonitor(
         cluster.kafka.bootstrap_servers,

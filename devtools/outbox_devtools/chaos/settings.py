@@ -82,6 +82,35 @@ class ChaosSettings(BaseSettings):
     checker_freezes: int = Field(
         1, ge=0, description="SIGSTOPs of a checker replica for 10-20 s, then SIGCONT"
     )
+    network_partitions: bool = Field(
+        False,
+        description="run the brokers, checker replicas and producers in network namespaces of"
+        " their own (needs root and iproute2; refused with one line otherwise) and add the cuts"
+        " below: links dropped silently while both sides keep running, then healed",
+    )
+    checker_cuts: int = Field(
+        1,
+        ge=0,
+        description="with --network-partitions: a checker replica cut from every broker for"
+        " 10-25 s while it runs (its partitions move past its session)",
+    )
+    producer_cuts: int = Field(
+        1,
+        ge=0,
+        description="with --network-partitions: a producer cut from every broker mid-send, 5-15 s",
+    )
+    node_cuts: int = Field(
+        1,
+        ge=0,
+        description="with --network-partitions and --brokers 3+: one node cut from the other"
+        " nodes (a minority; clients still reach it), 10-20 s",
+    )
+    half_leader_cuts: int = Field(
+        1,
+        ge=0,
+        description="with --network-partitions and --brokers 3+: the node leading a half"
+        " partition cut from its followers, 10-20 s",
+    )
     rollback_share: float = Field(
         0.15, ge=0, le=1, description="orders a business rule refuses (local rollback)"
     )
