@@ -9,7 +9,9 @@ no rolled-back one may be visible.
 
 from __future__ import annotations
 
+import faulthandler
 import random
+import sys
 import threading
 import uuid
 from collections import Counter
@@ -191,11 +193,15 @@ def test_publication_goes_on_when_the_relay_groups_coordinator_is_killed(
         coordinator.kill()
         outbox.sender.wait_for_more(20)
         committed_after_kill = set(outbox.sender.committed)
-        wait_for(
-            lambda: committed_after_kill <= set(outbox.published()),
-            RESUME_SECONDS,
-            f"publication to resume within {RESUME_SECONDS:.0f}s of the kill",
-        )
+        try:
+            wait_for(
+                lambda: committed_after_kill <= set(outbox.published()),
+                RESUME_SECONDS,
+                f"publication to resume within {RESUME_SECONDS:.0f}s of the kill",
+            )
+        except AssertionError:
+            faulthandler.dump_traceback(sys.__stderr__, all_threads=True)  # where it waits
+            raise
         coordinator.start()
         kafka_cluster.wait_in_sync()
         outbox.sender.wait_for_more(20)
