@@ -12,6 +12,7 @@ broker with ``ListOffsets`` at both isolation levels.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import time
 import uuid
@@ -301,14 +302,38 @@ def end_offsets(
     isolation: IsolationLevel,
     timeout: float,
 ) -> dict[int, int]:
-    """``ListOffsets`` of ``partitions``: the last stable offset for ``READ_COMMITTED``."""
+    """``ListOffsets`` of ``partitions``: the last stable offset for ``READ_COMMITTED``.
+
+    Raises :class:`KafkaUnavailableError` unless every partition's end was answered
+    within ``timeout`` (plus :data:`END_OFFSETS_MARGIN_SECONDS`).
+    """
     specs = {TopicPartition(topic, p): OffsetSpec.latest() for p in partitions}
     futures = admin.list_offsets(specs, isolation_level=isolation, request_timeout=timeout)
+    deadline = time.monotonic() + timeout + END_OFFSETS_MARGIN_SECONDS
     ends = {}
     for tp, future in futures.items():
+        where = f"{topic}[{tp.partition}]"
         try:
-            ends[tp.partition] = int(future.result().offset)
+            offset = int(future.result(max(0.0, deadline - time.monotonic())).offset)
         except KafkaException as exc:
-            where = f"{topic}[{tp.partition}]"
             raise KafkaUnavailableError(f"end offset of {where}: {exc}") from None
+        except concurrent.futures.TimeoutError:
+            waited = timeout + END_OFFSETS_MARGIN_SECONDS
+            raise KafkaUnavailableError(
+                f"end offset of {where}: no answer within {waited:.0f}s"
+            ) from None
+        if offset < 0:
+            # librdkafka answers a request that timed out with OFFSET_INVALID (-1001), not
+            # an error: taken for an end, it would say every transaction had ended.
+            raise KafkaUnavailableError(
+                f"end offset of {where}: no answer within {timeout:g}s (offset {offset})"
+            )
+        ends[tp.partition] = offset
     return ends
+
+
+END_OFFSETS_MARGIN_SECONDS = 3.0
+"""How long past its request timeout :func:`end_offsets` still waits for the admin client's
+answer. The request timeout does not bound the wait: librdkafka's ``list_offsets`` once left
+its future unanswered with a node killed under a three-node cluster, and the relay, waiting
+on it, published nothing for over 35 s."""

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-import pytest
-from confluent_kafka import TopicPartition
-from outbox_checker.kafka_reader import TopicCursor
+import time
 
+import pytest
+from confluent_kafka import IsolationLevel, TopicPartition
+from confluent_kafka.admin import AdminClient
+from outbox_checker.kafka_reader import END_OFFSETS_MARGIN_SECONDS, TopicCursor, end_offsets
+
+from outbox.admin import TopicSpec, ensure_topics
+from outbox.errors import KafkaUnavailableError
 from outbox.protocol import OutgoingRecord
 from tests.checker.support import write
 from tests.producer.conftest import OutboxTopics
@@ -89,3 +94,22 @@ def test_reads_of_any_limit_continue_where_the_last_one_stopped(outbox_topics: O
         assert [r.offset for r in cursor.read(0, 11, 2)] == [11, 12]
     finally:
         cursor.close()
+
+
+@pytest.mark.kafka
+def test_end_offsets_answers_within_its_timeout_when_the_broker_does_not(own_kafka_broker):
+    """A frozen broker never answers. librdkafka then gives the timed-out request the offset
+    OFFSET_INVALID (-1001) rather than an error, and it was returned as the end: the discard
+    resume's wait for open transactions took it for "every transaction ended", the relay
+    for "the half was never stored". And once the answer never came at all (a node killed
+    under a three-node cluster) and the relay, waiting on the future with no bound,
+    published nothing for over 35 s."""
+    admin = AdminClient({"bootstrap.servers": own_kafka_broker.bootstrap_servers})
+    ensure_topics(admin, [TopicSpec("ends", 1, 1)])
+    assert end_offsets(admin, "ends", [0], IsolationLevel.READ_COMMITTED, 5.0) == {0: 0}
+    with own_kafka_broker.frozen():
+        started = time.monotonic()
+        with pytest.raises(KafkaUnavailableError, match=r"ends\[0\]: no answer"):
+            end_offsets(admin, "ends", [0], IsolationLevel.READ_COMMITTED, 2.0)
+        took = time.monotonic() - started
+    assert took < 2.0 + END_OFFSETS_MARGIN_SECONDS + 1.0, f"answered after {took:.1f}s"
