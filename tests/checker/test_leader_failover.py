@@ -19,8 +19,8 @@ from outbox.reading import watermarks
 from outbox_devtools.kafka import LocalKafkaCluster
 
 pytestmark = [pytest.mark.kafka, pytest.mark.cluster_proof]
-"""One of the three-node proofs (``make test-cluster`` runs them alone): a cluster of its own
-costs the suite its start (20-100 s on the 2-core machine), the test itself ~10 s."""
+"""With the three-node proofs (``make test-cluster``): a cluster of its own costs the suite
+its start (20-100 s on the 2-core machine), the test itself ~10 s."""
 
 
 def test_watermarks_follow_a_killed_leader_to_its_successor(kafka_cluster: LocalKafkaCluster):
