@@ -22,7 +22,6 @@ import pytest
 from rich.console import Console
 
 from outbox_devtools.chaos import run as chaos_run
-from outbox_devtools.chaos.network import unavailable_reason
 from outbox_devtools.chaos.settings import ChaosSettings
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
@@ -56,7 +55,6 @@ def _chaos(*arguments: str, timeout: float) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason()))
 @pytest.mark.timeout(600)
 def test_partitions_of_a_checker_a_producer_a_minority_node_and_a_leader_lose_nothing(tmp_path):
     result = _chaos(
