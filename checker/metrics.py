@@ -23,6 +23,22 @@ SECONDS_SINCE_LAST_ROUND = Gauge(
     "outbox_checker_seconds_since_last_round",
     "Time since this replica last completed a round over its half partitions.",
 )
+PARKED_DRAINED = Counter(
+    "outbox_checker_parked_drained",
+    "Parked sends (park_when_unavailable) written to Kafka from the transaction log, with"
+    " their COMMIT op.",
+)
+PARKED_ROWS = Gauge(
+    "outbox_checker_parked_rows",
+    "Parked sends waiting in the transaction log at the last look, by half partition.",
+    ["partition"],
+)
+OLDEST_PARKED_AGE = Gauge(
+    "outbox_checker_oldest_parked_age_seconds",
+    "Age of the oldest parked send still in the transaction log at the last look, by half"
+    " partition (0: none).",
+    ["partition"],
+)
 CHECKS_SENT = Counter("outbox_checker_checks_sent", "Check requests sent to producer groups.")
 PUT_BACKS = Counter("outbox_checker_put_backs", "Halves put back at the end of their partition.")
 DISCARDS = Counter("outbox_checker_discards", "Halves given up on, by reason.", ["reason"])

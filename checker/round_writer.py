@@ -32,7 +32,9 @@ from outbox.protocol import (
     DiscardReason,
     DiscardRecord,
     HalfRecord,
+    OpRecord,
     OutgoingRecord,
+    Resolution,
     TopicNames,
 )
 from outbox.protocol.sizes import record_size, records_a_half_becomes
@@ -82,6 +84,8 @@ class ChunkResult:
     checks_sent: int = 0
     put_backs: int = 0
     discards: dict[str, int] = field(default_factory=dict)
+    drained: list[tuple[str, int]] = field(default_factory=list)
+    """(transaction id, offset) of each parked half written, with its COMMIT op."""
 
 
 class RoundWriter:
@@ -304,6 +308,14 @@ class RoundWriter:
                 result.discards[discard.reason.value] = (
                     result.discards.get(discard.reason.value, 0) + 1
                 )
+            drained: list[tuple[HalfRecord, list[int]]] = []
+            for parked in chunk.to_drain:
+                offset = []
+                producer.produce(
+                    **parked.to_record(self._topics, chunk.partition).produce_kwargs(),
+                    on_delivery=remember_offset(offset),
+                )
+                drained.append((parked, offset))
             result.put_backs = len(copies) + len(to_requeue)
             checkpoint = TopicPartition(
                 self._topics.half,
@@ -316,6 +328,8 @@ class RoundWriter:
             progress.sending_offsets_since = time.monotonic()
             producer.send_offsets_to_transaction([checkpoint], group_metadata, self._timeout)
             progress.sending_offsets_since = None
+            if drained:
+                self._decide_drained(producer, chunk.partition, drained, now_ms(), result)
             if copies:
                 if producer.flush(self._timeout) > 0:
                     raise KafkaException(
@@ -349,6 +363,37 @@ class RoundWriter:
             ):
                 raise FencedError(str(error)) from None
             raise
+
+    def _decide_drained(
+        self,
+        producer: Producer,
+        partition: int,
+        drained: list[tuple[HalfRecord, list[int]]],
+        ended_ms: int,
+        result: ChunkResult,
+    ) -> None:
+        """A COMMIT op for each parked half written in this transaction: the relay publishes
+        it as any committed half, and it is never checked (its op is there as soon as it is)."""
+        if producer.flush(self._timeout) > 0:
+            raise KafkaException(
+                KafkaError(KafkaError._TIMED_OUT, "parked halves not acknowledged")
+            )
+        for half, offset in drained:
+            if not offset:
+                raise KafkaException(
+                    KafkaError(KafkaError._FAIL, "a parked half was not stored at a known offset")
+                )
+            op = OpRecord(
+                half.transaction_id,
+                half.producer_group,
+                partition,
+                offset[0],
+                Resolution.COMMIT,
+                ended_ms,
+                origin_offset=offset[0],
+            )
+            producer.produce(**op.to_record(self._topics).produce_kwargs())
+            result.drained.append((half.transaction_id, offset[0]))
 
     def _screen(self, chunk: RoundChunk) -> tuple[list[HalfEntry], list[HalfEntry], list[Discard]]:
         """The chunk's halves to check and to requeue, less those whose copies cannot be written.

@@ -150,6 +150,8 @@ class RoundChunk:
     to_requeue: list[HalfEntry] = field(default_factory=list)
     """Halves inside their own immunity time: put back unchanged, asked later."""
     to_discard: list[Discard] = field(default_factory=list)
+    to_drain: list[HalfRecord] = field(default_factory=list)
+    """Parked sends' halves (from the transaction log): written with a COMMIT op each."""
     skipped_ended: int = 0
     """Halves passed because their transaction has an op (removed or ended copies)."""
     half_checkpoint: int = 0

@@ -32,6 +32,7 @@ from outbox_checker.membership import (
     group_consumer_config,
     is_instance_fenced,
 )
+from outbox_checker.parked import DrainReport, ParkedDrain
 from outbox_checker.relay import Relay, RelaySettings, relay_group, relay_transactional_id
 from outbox_checker.round_writer import (
     FencedError,
@@ -42,6 +43,7 @@ from outbox_checker.round_writer import (
 from outbox_checker.rules import RoundChunk, RoundRules, iter_round
 from outbox_checker.settings import CheckerSettings
 from outbox_checker.silence import close_in_background
+from sqlalchemy.exc import SQLAlchemyError
 from tenacity import Retrying, retry_if_exception_type, wait_exponential
 
 from outbox.access import connect, is_authorization_failure
@@ -52,6 +54,7 @@ from outbox.errors import (
     DuplicateInstanceError,
     KafkaUnavailableError,
     NotAuthorizedError,
+    OutboxError,
     TopicAdminError,
 )
 from outbox.protocol import HalfRecord, OutgoingRecord
@@ -107,6 +110,9 @@ class Checker:
         self.topics = settings.topics
         self._clock = clock
         self._resolver = resolver or _database_resolver(settings, clock)
+        self._drain = _parked_drain(settings, clock)
+        self.drained_at: float | None = None
+        """When the parked sends were last looked for (the checker's clock)."""
         self._rules = RoundRules.from_settings(settings)
         self._ended = EndedTransactions(settings.ended_cache_size)
         self._owned: dict[int, Checkpoint | None] = {}
@@ -272,6 +278,7 @@ class Checker:
         try:
             while not self._stopping.is_set():
                 self.poll_membership(0.5)
+                self._drain_when_due()
                 due = self._due_round()
                 if due is not None and self.owned_partitions():
                     try:
@@ -282,6 +289,52 @@ class Checker:
                 self.progress_at = self._clock()
         finally:
             self.close()
+
+    def _drain_when_due(self) -> None:
+        """Publish parked sends every ``drain_interval_seconds``; a failure waits for the next."""
+        now = self._clock()
+        if self._drain is None or (
+            self.drained_at is not None
+            and now - self.drained_at < self.settings.drain_interval_seconds
+        ):
+            return
+        self.drained_at = now
+        try:
+            self.drain_parked()
+        except (KafkaUnavailableError, KafkaException, FencedError, OutboxError) as exc:
+            log.warning("parked sends not drained this time: %s", exc)
+        except SQLAlchemyError as exc:
+            log.warning("parked sends not drained (the transaction log is unreachable): %s", exc)
+
+    def drain_parked(self) -> list[DrainReport]:
+        """Publish the parked sends (``park_when_unavailable``) of every owned half partition.
+
+        Through the round writer's transaction, fenced as a round's chunk is
+        (:mod:`outbox_checker.parked`); between rounds, in the loop's thread.
+        """
+        if self._drain is None:
+            return []
+        reports = []
+        for partition in self._drain.waiting(self.owned_partitions()):
+            reports.append(
+                self._drain.drain(
+                    partition,
+                    lambda p=partition: self._watermarks(self.topics.half, p)[1],
+                    self._reader(partition).halves,
+                    self._write_drained,
+                )
+            )
+        return reports
+
+    def _write_drained(self, partition: int, halves: list[HalfRecord]) -> list[tuple[str, int]]:
+        checkpoint = self._checkpoint(partition)
+        chunk = RoundChunk(
+            partition,
+            to_drain=halves,
+            half_checkpoint=checkpoint.half,
+            op_checkpoint=checkpoint.op,
+        )
+        return self._writer.write(chunk, self._group_metadata(), self._now_ms).drained
 
     def _due_round(self) -> str | None:
         """``"interval"``, ``"early"`` (:func:`~outbox_checker.rules.due_again_ms`) or None."""
@@ -728,6 +781,14 @@ def freeze_startup_heap() -> None:
     """
     gc.collect()
     gc.freeze()
+
+
+def _parked_drain(settings: CheckerSettings, clock: Callable[[], float]) -> ParkedDrain | None:
+    if not settings.resolve_from_db:
+        return None
+    return ParkedDrain(
+        settings.resolve_from_db, table=settings.db_table, schema=settings.db_schema, clock=clock
+    )
 
 
 def _database_resolver(settings: CheckerSettings, clock: Callable[[], float]) -> Resolver | None:

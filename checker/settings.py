@@ -101,6 +101,12 @@ class CheckerSettings(KafkaSettings):
         gt=0,
         description="no log row and older than this: ROLLBACK (as the SQL listener's rule)",
     )
+    drain_interval_seconds: Seconds = Field(
+        1.0,
+        gt=0,
+        description="with resolve_from_db: how often to look for parked sends"
+        " (park_when_unavailable) in the transaction log and publish them",
+    )
     relay: bool = Field(
         True,
         description="re-publish committed halves to their real topics, exactly once (the"

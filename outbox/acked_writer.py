@@ -25,6 +25,26 @@ from outbox.protocol import OutgoingRecord
 
 log = logging.getLogger(__name__)
 
+_KAFKA_AWAY = frozenset(
+    (
+        KafkaError._MSG_TIMED_OUT,
+        KafkaError._TIMED_OUT,
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.NOT_ENOUGH_REPLICAS,
+        KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    )
+)
+"""Delivery failures that say Kafka is away or slow, not that the record was refused."""
+
+
+def kafka_away(error: KafkaError) -> bool:
+    """Whether a write failed because Kafka could not take it now (trying later may work)."""
+    return bool(error.retriable()) or error.code() in _KAFKA_AWAY
+
 
 class Acknowledgement:
     """A record's (partition, offset) once stored, or the caller's failure if it was not.
@@ -69,6 +89,7 @@ class Acknowledgement:
         if error is not None:
             why = refused_write(self._topic, error, self._client_config)
             self._error = self._failure(f"{self._topic} record not stored: {why}")
+            self._error.retriable = kafka_away(error)
         else:
             self._position = (message.partition() or 0, message.offset())
         self._arrived.release()
@@ -173,9 +194,11 @@ class AckedWriter:
                 return self.submit_nowait(record, failure)
             except QueueFullError:
                 if time.monotonic() > deadline:
-                    raise failure(
+                    full = failure(
                         f"the producer queue stayed full; {record.topic} record not written"
-                    ) from None
+                    )
+                    full.retriable = True
+                    raise full from None
                 time.sleep(0.005)
 
     def submit_nowait(self, record: OutgoingRecord, failure: type[OutboxError]) -> Acknowledgement:
@@ -194,7 +217,9 @@ class AckedWriter:
         except BufferError:
             raise QueueFullError(record.topic) from None
         except KafkaException as exc:
-            raise failure(f"{record.topic} record rejected: {exc.args[0]}") from None
+            rejected = failure(f"{record.topic} record rejected: {exc.args[0]}")
+            rejected.retriable = kafka_away(exc.args[0])
+            raise rejected from None
         return acknowledgement
 
     def close(self, timeout: float = 10.0) -> None:
@@ -223,8 +248,13 @@ def wait_acknowledged(
 def not_acknowledged(
     record: OutgoingRecord, timeout: float, failure: type[OutboxError]
 ) -> OutboxError:
-    """The error of a record whose acknowledgement did not come within ``timeout``."""
-    return failure(f"{record.topic} record not acknowledged within {timeout:g}s")
+    """The error of a record whose acknowledgement did not come within ``timeout``.
+
+    Retriable: the record may still be stored later, or never.
+    """
+    error = failure(f"{record.topic} record not acknowledged within {timeout:g}s")
+    error.retriable = True
+    return error
 
 
 def produce_when_room(producer: Producer, **kwargs: Any) -> None:

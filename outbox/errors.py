@@ -9,6 +9,10 @@ from __future__ import annotations
 class OutboxError(Exception):
     """Base of every error the outbox raises on purpose."""
 
+    retriable: bool = False
+    """Whether the same call may succeed if tried again (as confluent-kafka's
+    ``KafkaError.retriable()``): Kafka away or slow, not bad input or a refusal."""
+
 
 class ConfigurationError(OutboxError, ValueError):
     """A setting is missing or invalid."""

@@ -30,6 +30,10 @@ class SendStatus(Enum):
     """Whether the half record was stored (RocketMQ's ``SendStatus``)."""
 
     SEND_OK = "SEND_OK"
+    PARKED = "PARKED"
+    """``park_when_unavailable``: Kafka did not acknowledge the half in time, so the event
+    went into the transaction-log row, in the local transaction; the checker publishes it
+    from there once Kafka takes writes again (``half_offset`` is then ``None``)."""
 
 
 class EndStatus(Enum):
@@ -52,6 +56,9 @@ class EndStatus(Enum):
     """The local transaction said UNKNOW: nothing was written, the checker will ask."""
     REFUSED_LATE = "REFUSED_LATE"
     """Too late to end it ourselves (RocketMQ 5.1.1's rule): left to the check-back."""
+    PARKED = "PARKED"
+    """The send was parked and its local transaction committed: the event is in the
+    transaction log, and the checker publishes it once Kafka takes writes again."""
     FAILED = "FAILED"
     """Writing the decision op failed or timed out; the error is on the result.
 
@@ -88,6 +95,10 @@ class Message:
     born_ms: int | None = None
     half_partition: int | None = None
     half_offset: int | None = None
+    parked_half: bytes | None = field(default=None, repr=False)
+    """Set by a producer with ``park_when_unavailable`` on the message its listener gets
+    when the half was not acknowledged in time (``half_offset`` is then ``None``): the half
+    record, which the SQL listener stores in the log row for the checker to publish."""
 
 
 @dataclass(frozen=True)
@@ -97,7 +108,8 @@ class TransactionSendResult:
     send_status: SendStatus
     transaction_id: str
     half_partition: int
-    half_offset: int
+    half_offset: int | None
+    """Where the half was stored; ``None`` for a send parked in the transaction log."""
     local_transaction_state: LocalTransactionState
     end_status: EndStatus
     local_transaction_error: BaseException | None = field(default=None, repr=False)

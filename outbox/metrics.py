@@ -20,6 +20,12 @@ from prometheus_client.metrics import MetricWrapperBase
 HALVES_WRITTEN = Counter(
     "outbox_halves_written", "Half records written and acknowledged.", ["group"]
 )
+SENDS_PARKED = Counter(
+    "outbox_sends_parked",
+    "Sends whose half Kafka did not acknowledge in time, parked in the transaction log"
+    " (park_when_unavailable).",
+    ["group"],
+)
 COMMITS = Counter(
     "outbox_commits",
     "Transactions ended with a commit (RocketMQ's commit_messages), by real topic.",
@@ -61,12 +67,13 @@ class GroupMetrics:
     the same child twice.
     """
 
-    __slots__ = ("_children", "end_latency", "group", "halves_written")
+    __slots__ = ("_children", "end_latency", "group", "halves_written", "parked")
 
     def __init__(self, group: str) -> None:
         self.group = group
         self.halves_written = HALVES_WRITTEN.labels(group)
         self.end_latency = END_LATENCY.labels(group)
+        self.parked = SENDS_PARKED.labels(group)
         self._children: dict[tuple[MetricWrapperBase, tuple[str, ...]], Any] = {}
 
     def child(self, metric: MetricWrapperBase, *labels: str) -> Any:

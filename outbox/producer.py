@@ -72,6 +72,7 @@ from outbox.protocol import (
     new_transaction_id,
     validate_producer_group,
 )
+from outbox.protocol.parked import encode_parked_half
 from outbox.protocol.records import frozen_instance
 from outbox.send_flow import (
     FittingHalf,
@@ -162,12 +163,14 @@ class TransactionProducer:
     ) -> None:
         validate_producer_group(group)
         _require_listener(listener, awaited=self._awaits_listener)
+        self.settings = chosen_settings(settings, config)
+        _require_parking_listener(listener, self.settings)
         self._serialization = Serialization(key_serializer, value_serializer)
         self.group = group
         self.listener = listener
         self._listener_checked: object = None
-        self.settings = chosen_settings(settings, config)
         self.topics = self.settings.topics
+        self._half_timeout = _half_timeout(self.settings)
         self._clock = clock
         self._own_executor = check_executor is None
         self._check_executor = check_executor or ThreadPoolExecutor(
@@ -423,8 +426,22 @@ class TransactionProducer:
             record = self._limits.fitting_half_record(half, self.topics, half_partition)
         else:
             record = yield FittingHalf(half, half_partition)
-        _, half_offset = yield self._write(record, HalfWriteError)
+        try:
+            _, half_offset = yield self._write(record, HalfWriteError, timeout=self._half_timeout)
+        except HalfWriteError as exc:
+            if not (self.settings.park_when_unavailable and exc.retriable):
+                raise
+            return (
+                yield from self._parked_steps(message, half, half_partition, record, arg, exc, span)
+            )
         self._metrics.halves_written.inc()
+        if half_offset is None and self.settings.park_when_unavailable:
+            unknown = HalfWriteError(f"{record.topic}: half stored at an unknown offset")
+            return (
+                yield from self._parked_steps(
+                    message, half, half_partition, record, arg, unknown, span
+                )
+            )
         if half_offset is None:
             # Stored, but where is unknown: a decision or a transaction log row
             # naming a guessed position would name another transaction's half.
@@ -460,17 +477,72 @@ class TransactionProducer:
         )
 
     def _write(
-        self, record: OutgoingRecord, failure: type[OutboxError], wait: bool = True
+        self,
+        record: OutgoingRecord,
+        failure: type[OutboxError],
+        wait: bool = True,
+        timeout: float | None = None,
     ) -> Write:
-        timeout = self.settings.send_timeout_seconds
+        timeout = self.settings.send_timeout_seconds if timeout is None else timeout
         return Write(record, failure, timeout, time.monotonic() + timeout, wait)
+
+    def _parked_steps(
+        self,
+        message: Message,
+        half: HalfRecord,
+        half_partition: int,
+        record: OutgoingRecord,
+        arg: Any,
+        why: HalfWriteError,
+        span: Any,
+    ) -> Flow[TransactionSendResult]:
+        """The send of a half Kafka did not acknowledge in time: parked in the log row.
+
+        The local transaction runs with the half on its message; the SQL listener keeps
+        it in the row it commits, and the checker publishes it from there (a half of its
+        own and its COMMIT op in one Kafka transaction). The half handed to the client
+        may still be stored later: no op is ever written for it, and its check-back
+        answers ROLLBACK (the row is parked), so only the checker's copy is published.
+        """
+        log.warning(
+            "half not acknowledged in time; parking the event in the transaction log "
+            "transaction_id=%s why=%s",
+            half.transaction_id,
+            why,
+        )
+        self._metrics.parked.inc()
+        if span is not tracing.NO_SPAN:
+            span.set_attribute("outbox.parked", True)
+        stamped = dataclasses.replace(message, parked_half=encode_parked_half(record))
+        state, local_error = yield from self._local_transaction(
+            stamped, half, half_partition, None, arg, span
+        )
+        if state is LocalTransactionState.COMMIT_MESSAGE:
+            end_status = EndStatus.PARKED
+        elif state is LocalTransactionState.ROLLBACK_MESSAGE:
+            end_status = EndStatus.ROLLED_BACK
+        else:
+            end_status = EndStatus.LEFT_UNKNOWN  # committed or not, the checker drains what is
+        return frozen_instance(
+            TransactionSendResult,
+            {
+                "send_status": SendStatus.PARKED,
+                "transaction_id": half.transaction_id,
+                "half_partition": half_partition,
+                "half_offset": None,
+                "local_transaction_state": state,
+                "end_status": end_status,
+                "local_transaction_error": local_error,
+                "end_error": None,
+            },
+        )
 
     def _local_transaction(
         self,
         message: Message,
         half: HalfRecord,
         half_partition: int,
-        half_offset: int,
+        half_offset: int | None,
         arg: Any,
         parent: Any,
     ) -> Flow[tuple[LocalTransactionState, BaseException | None]]:
@@ -583,7 +655,12 @@ class TransactionProducer:
         started = time.monotonic()
         oneway = origin == "send" and self.settings.end_oneway
         try:
-            written = yield self._write(op.to_record(self.topics), EndTransactionError, not oneway)
+            # A parking send waits for its op no longer than for its half: a lost or late op
+            # is the check-back's to stand in for (a late one records the same decision).
+            timeout = self._half_timeout if origin == "send" else None
+            written = yield self._write(
+                op.to_record(self.topics), EndTransactionError, not oneway, timeout
+            )
         except EndTransactionError as exc:
             self._metrics.child(metrics.END_FAILURES, "failed").inc()
             log.error("end failed transaction_id=%s error=%s", half.transaction_id, exc)
@@ -763,7 +840,9 @@ class _OnewayReport:
         )
 
 
-def _stamped(message: Message, half: HalfRecord, half_partition: int, half_offset: int) -> Message:
+def _stamped(
+    message: Message, half: HalfRecord, half_partition: int, half_offset: int | None
+) -> Message:
     """``message`` as the listener sees it: the send's transaction id, born time, and the
     half it is about (its partition and offset), which the SQL log records.
 
@@ -843,6 +922,23 @@ def _require_listener(listener: object, *, awaited: bool = False) -> None:
                 f"{method}() of {listener!r} is {'not ' if awaited else ''}a coroutine "
                 f"function: {fix}"
             )
+
+
+def _half_timeout(settings: ProducerSettings) -> float:
+    """How long a send waits for its half: ``park_after_seconds`` when it may park."""
+    if settings.park_when_unavailable:
+        return min(settings.park_after_seconds, settings.send_timeout_seconds)
+    return settings.send_timeout_seconds
+
+
+def _require_parking_listener(listener: object, settings: ProducerSettings) -> None:
+    """``park_when_unavailable`` keeps the event in the transaction log: a SQL listener's."""
+    if settings.park_when_unavailable and not getattr(listener, "parks_events", False):
+        raise ConfigurationError(
+            "park_when_unavailable keeps a parked event in the transaction-log row of its "
+            "local transaction, so it needs a SqlTransactionListener (or the asyncio one); "
+            f"got {type(listener).__name__}: use one, or turn park_when_unavailable off"
+        )
 
 
 def _as_state(answer: object, transaction_id: str, method: str) -> LocalTransactionState:

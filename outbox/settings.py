@@ -46,3 +46,17 @@ class ProducerSettings(KafkaSettings):
         gt=0,
         description="how long a send waits for its half ack, and again for its decision op",
     )
+    park_when_unavailable: bool = Field(
+        False,
+        description="when Kafka does not acknowledge a half within park_after_seconds, run the"
+        " local transaction anyway and keep the event in its transaction-log row, for the"
+        " checker to publish once Kafka takes writes again (needs a SQL listener and a checker"
+        " with resolve_from_db)",
+    )
+    park_after_seconds: Seconds = Field(
+        0.5,
+        gt=0,
+        description="with park_when_unavailable: how long a send waits for its half's"
+        " acknowledgement before it parks the event instead (and for its decision op's, which"
+        " the check-back stands in for when it is late)",
+    )

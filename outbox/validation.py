@@ -86,6 +86,11 @@ def build_half(
     """
     if not isinstance(message, Message):
         raise InvalidMessageError(f"expected an outbox.Message, got {type(message).__name__}")
+    if message.parked_half is not None:
+        raise InvalidMessageError(
+            "message.parked_half is set by the producer on a parked send, never by a caller: "
+            "send the message without it"
+        )
     topic = message.topic
     if type(topic) is not str or (topic, topics.prefix) not in _REAL_TOPICS_PASSED:
         _check_real_topic(topic, topics)

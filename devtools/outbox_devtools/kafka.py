@@ -563,6 +563,7 @@ class LocalKafka:
             raise KafkaRuntimeError("cannot freeze a broker that is not running")
         assert self._proc is not None
         self._proc.send_signal(signal.SIGSTOP)
+        wait_until_stopped(self._proc.pid)
 
     def thaw(self) -> None:
         """SIGCONT after :meth:`freeze` (a broker stopped or killed meanwhile: nothing to do)."""
@@ -997,6 +998,29 @@ def running_state() -> dict[str, Any] | None:
         return state
     path.unlink(missing_ok=True)
     return None
+
+
+FREEZE_WAIT_SECONDS = 2.0
+
+
+def wait_until_stopped(pid: int, timeout: float = FREEZE_WAIT_SECONDS) -> None:
+    """Return once every thread of ``pid`` is stopped (after a SIGSTOP), or ``timeout`` passed.
+
+    The signal is delivered asynchronously: a request sent right after ``kill`` was
+    once answered by the broker it was meant to find frozen (a flaky test).
+    """
+    tasks = Path(f"/proc/{pid}/task")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            states = [
+                (task / "stat").read_text().rsplit(")", 1)[1].split()[0] for task in tasks.iterdir()
+            ]
+        except (OSError, IndexError):
+            return  # gone, or no /proc: nothing to wait for
+        if states and all(state in ("T", "t") for state in states):
+            return
+        time.sleep(0.005)
 
 
 def stop_recorded(state: dict[str, Any], grace_seconds: float) -> None:

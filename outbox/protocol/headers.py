@@ -47,6 +47,10 @@ class Header(StrEnum):
     ORIGIN_STORED_MS = "outbox-origin-stored-ms"
     """On put-back copies: when the broker stored the original half (its log time), so ages
     are measured on the broker's clock and not on the producer's."""
+    PARKED_MS = "outbox-parked-ms"
+    """On a half the checker wrote for a parked send (``park_when_unavailable``): when the
+    checker drained it from the transaction log. Tells it apart from a half the send wrote
+    itself and that was stored too late, which carries the same transaction id."""
 
 
 def is_reserved(name: str) -> bool:

@@ -244,6 +244,8 @@ class HalfRecord:
     """Set on put-back copies: offset of the original half (``None`` on the original)."""
     origin_stored_ms: int | None = None
     """Set on put-back copies: the broker's store time of the original half."""
+    parked_ms: int | None = None
+    """Set on a half drained from the transaction log of a parked send: when it was drained."""
 
     def identity(self, offset: int) -> int:
         """The origin offset of this half, stored at ``offset``: its identity in its partition.
@@ -285,6 +287,8 @@ class HalfRecord:
             headers.append((_ORIGIN_OFFSET, b"%d" % self.origin_offset))
         if self.origin_stored_ms is not None:
             headers.append((_ORIGIN_STORED_MS, b"%d" % self.origin_stored_ms))
+        if self.parked_ms is not None:
+            headers.append((_PARKED_MS, b"%d" % self.parked_ms))
         return headers
 
     @classmethod
@@ -319,6 +323,7 @@ class HalfRecord:
             immunity_seconds=reader.optional_integer(Header.IMMUNITY_SECONDS),
             origin_offset=reader.optional_integer(Header.ORIGIN_OFFSET),
             origin_stored_ms=reader.optional_integer(Header.ORIGIN_STORED_MS),
+            parked_ms=reader.optional_integer(Header.PARKED_MS),
         )
 
     def put_back(self, offset: int, stored_ms: int | None) -> Self:
@@ -343,6 +348,7 @@ class HalfRecord:
             origin_stored_ms=(
                 self.origin_stored_ms if self.origin_stored_ms is not None else stored_ms
             ),
+            parked_ms=self.parked_ms,
         )
 
     def requeued(self, offset: int, stored_ms: int | None) -> Self:
@@ -553,6 +559,7 @@ _HALF_PARTITION = Header.HALF_PARTITION.value
 _HALF_OFFSET = Header.HALF_OFFSET.value
 _ORIGIN_OFFSET = Header.ORIGIN_OFFSET.value
 _ORIGIN_STORED_MS = Header.ORIGIN_STORED_MS.value
+_PARKED_MS = Header.PARKED_MS.value
 _BORN_MS = Header.BORN_MS.value
 _CHECK_TIMES = Header.CHECK_TIMES.value
 _IMMUNITY_SECONDS = Header.IMMUNITY_SECONDS.value
@@ -626,6 +633,7 @@ _HALF_NAMES = frozenset(
         _IMMUNITY_SECONDS,
         _ORIGIN_OFFSET,
         _ORIGIN_STORED_MS,
+        _PARKED_MS,
     )
 )
 _CHECK_NAMES = _HALF_NAMES | frozenset(_CHECK_NUMBERS)
@@ -677,6 +685,7 @@ def _read_plainly(
         immunity = found.get(_IMMUNITY_SECONDS, _ABSENT)
         origin = found.get(_ORIGIN_OFFSET, _ABSENT)
         origin_stored = found.get(_ORIGIN_STORED_MS, _ABSENT)
+        parked = found.get(_PARKED_MS, _ABSENT)
         half = HalfRecord(
             transaction_id=validate_transaction_id(transaction_id.decode("utf-8")),
             producer_group=_valid_name(found[_PRODUCER_GROUP], validate_producer_group),
@@ -690,6 +699,7 @@ def _read_plainly(
             immunity_seconds=None if immunity is _ABSENT else _plain_integer(immunity),
             origin_offset=None if origin is _ABSENT else _plain_integer(origin),
             origin_stored_ms=None if origin_stored is _ABSENT else _plain_integer(origin_stored),
+            parked_ms=None if parked is _ABSENT else _plain_integer(parked),
         )
         return half, tuple(_plain_integer(found[name]) for name in numbers)
     except (KeyError, ValueError, UnicodeDecodeError):

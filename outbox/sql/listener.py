@@ -63,6 +63,7 @@ from outbox.sql.joined import JoinedSession
 from outbox.sql.log import (
     DEFAULT_TABLE,
     REVISION_0002_COLUMNS,
+    REVISION_0004_COLUMNS,
     LogTarget,
     missing_part,
     missing_table_error,
@@ -197,13 +198,19 @@ def rollback_answered(session: Session, answers: sa.Table, message: Message) -> 
 
 def lookup_statement(table: sa.Table) -> sa.Select[Any]:
     """The log row of a transaction id (bound as ``id``), as far as a check-back needs it."""
-    return sa.select(table.c.half_partition, table.c.half_offset, table.c.rolled_back).where(
-        table.c.transaction_id == sa.bindparam("id")
-    )
+    return sa.select(
+        table.c.half_partition,
+        table.c.half_offset,
+        table.c.rolled_back,
+        table.c.parked_half.is_not(None).label("parked"),
+        sa.and_(table.c.parked_half.is_(None), table.c.drain_from_offset.is_not(None)).label(
+            "drained"
+        ),
+    ).where(table.c.transaction_id == sa.bindparam("id"))
 
 
 def _row(message: Message, group: str, now: float, *, rolled_back: bool) -> dict[str, object]:
-    return {
+    row: dict[str, object] = {
         "transaction_id": message.transaction_id,
         "producer_group": group,
         "created_at": utc_from_timestamp(now),
@@ -211,6 +218,9 @@ def _row(message: Message, group: str, now: float, *, rolled_back: bool) -> dict
         "half_offset": message.half_offset,
         "rolled_back": rolled_back,
     }
+    if message.parked_half is not None and not rolled_back:
+        row["parked_half"] = message.parked_half  # the send parked: the checker drains it
+    return row
 
 
 def _verdict(row: Any, message: Message) -> LocalTransactionState | None:
@@ -224,6 +234,13 @@ def _verdict(row: Any, message: Message) -> LocalTransactionState | None:
         return None
     if row.rolled_back:
         return ROLLBACK if _is_half_of(row, message) else None
+    if row.parked:
+        # Committed, and parked: the checker publishes it from the row (a half of its own,
+        # decided in the same Kafka transaction). Any half asked about is the send's own,
+        # stored after the send gave up on it, and must never be published as well.
+        return ROLLBACK
+    if row.drained:  # the checker's half of a parked send, or the send's own, stored late
+        return COMMIT if _is_half_of(row, message) else ROLLBACK
     return COMMIT if _same_half(row, message) else ROLLBACK
 
 
@@ -262,6 +279,9 @@ class TransactionLogListener(Generic[_Factory, _Business]):
     each log row; ``clock`` (seconds since the epoch) is injectable for tests
     of the grace-period rule.
     """
+
+    parks_events = True
+    """A parked send's half (``park_when_unavailable``) goes into the log row it commits."""
 
     def __init__(
         self,
@@ -518,7 +538,8 @@ def explain_database_error(
     """
     if not isinstance(exc, ProgrammingError | OperationalError):
         return exc
-    if target.table not in str(exc) and not any(c in str(exc) for c in REVISION_0002_COLUMNS):
+    newer = (*REVISION_0002_COLUMNS, *REVISION_0004_COLUMNS)
+    if target.table not in str(exc) and not any(c in str(exc) for c in newer):
         return exc  # (the rollback table's name holds the log table's)
     try:
         with session_factory() as probe:  # the failed session may be unusable

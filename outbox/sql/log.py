@@ -109,7 +109,7 @@ def log_metadata(table: str = DEFAULT_TABLE, schema: str | None = None) -> sa.Me
     """
     target = LogTarget(table, schema)
     metadata = sa.MetaData(schema=target.schema)
-    sa.Table(
+    log = sa.Table(
         target.table,
         metadata,
         sa.Column("transaction_id", sa.String(MAX_TRANSACTION_ID_LENGTH), nullable=False),
@@ -118,8 +118,19 @@ def log_metadata(table: str = DEFAULT_TABLE, schema: str | None = None) -> sa.Me
         sa.Column("half_partition", sa.Integer(), nullable=True),
         sa.Column("half_offset", sa.BigInteger(), nullable=True),
         sa.Column("rolled_back", sa.Boolean(), nullable=False, server_default=sa.false()),
+        # A parked send's half, until the checker drains it (revision 0004).
+        sa.Column("parked_half", sa.LargeBinary(), nullable=True),
+        sa.Column("drain_from_offset", sa.BigInteger(), nullable=True),
         sa.PrimaryKeyConstraint("transaction_id", name=f"{target.table}_pkey"),
         sa.Index(f"ix_{target.table}_created_at", "created_at"),
+    )
+    parked = sa.text("parked_half IS NOT NULL")
+    sa.Index(
+        f"ix_{target.table}_parked",
+        log.c.half_partition,
+        log.c.created_at,
+        postgresql_where=parked,
+        sqlite_where=parked,
     )
     # Every ROLLBACK answer of a check-back, one row per half: the log row holds one per id.
     answers = target.rollback_table
@@ -216,6 +227,9 @@ def utc_from_timestamp(seconds: float) -> datetime:
 REVISION_0002_COLUMNS = ("half_partition", "half_offset", "rolled_back")
 """Added by revision 0002: a table without them was migrated by an older version."""
 
+REVISION_0004_COLUMNS = ("parked_half", "drain_from_offset")
+"""Added by revision 0004 (parked sends)."""
+
 
 def table_exists(connection: Connection, target: LogTarget) -> bool:
     return sa.inspect(connection).has_table(target.table, schema=target.schema)
@@ -230,6 +244,9 @@ def missing_part(connection: Connection, target: LogTarget) -> str | None:
         return f"column {column}"
     if not inspector.has_table(target.rollback_table, schema=target.schema):
         return f"its table {target.rollback_table}"
+    column = next((name for name in REVISION_0004_COLUMNS if name not in columns), None)
+    if column is not None:
+        return f"column {column}"
     return None
 
 
@@ -295,7 +312,10 @@ def prune_transaction_log(
         )
     horizon = utc_from_timestamp(clock()) - older_than
     table = transaction_log_table(target.table, target.schema)
-    log_rows = _aged_out(table, (table.c.transaction_id,), horizon, batch_size)
+    # A parked row is kept, however old, until the checker has drained it to Kafka.
+    log_rows = _aged_out(
+        table, (table.c.transaction_id,), horizon, batch_size, table.c.parked_half.is_(None)
+    )
     with connect(engine) as connection:
         require_table(connection, target)
         answers = rollback_table(target.table, target.schema)
@@ -330,12 +350,16 @@ def _delete_in_batches(
 
 
 def _aged_out(
-    table: sa.Table, key: tuple[sa.Column[Any], ...], horizon: datetime, batch_size: int
+    table: sa.Table,
+    key: tuple[sa.Column[Any], ...],
+    horizon: datetime,
+    batch_size: int,
+    *also: sa.ColumnElement[bool],
 ) -> sa.Delete:
-    """Delete up to ``batch_size`` rows of ``table`` created before ``horizon``."""
+    """Delete up to ``batch_size`` rows of ``table`` created before ``horizon`` (and ``also``)."""
     batch = (
         sa.select(*key)
-        .where(table.c.created_at < horizon)
+        .where(table.c.created_at < horizon, *also)
         .limit(batch_size)
         .with_for_update(skip_locked=True)
     )

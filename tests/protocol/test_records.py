@@ -113,6 +113,7 @@ _EVERY_FIELD_SET = {
     "immunity_seconds": 40,
     "origin_offset": 5,
     "origin_stored_ms": 12,
+    "parked_ms": 13,
 }
 
 
