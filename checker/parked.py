@@ -45,7 +45,8 @@ from sqlalchemy.engine import Engine
 from outbox.protocol import HalfRecord, MalformedRecordError
 from outbox.protocol.parked import decode_parked_half
 from outbox.sql import LogTarget, create_engine
-from outbox.sql.log import transaction_log_table
+from outbox.sql.engine import connect
+from outbox.sql.log import missing_part, outdated_table_error, require_table, transaction_log_table
 
 log = logging.getLogger(__name__)
 
@@ -146,20 +147,14 @@ class ParkedDrain:
         the parked-rows gauges of each."""
         if not partitions:
             return []
-        table = self._table
-        query = (
-            sa.select(table.c.half_partition, sa.func.count(), sa.func.min(table.c.created_at))
-            .where(table.c.parked_half.is_not(None), table.c.half_partition.in_(partitions))
-            .group_by(table.c.half_partition)
-        )
         with self._engine.connect() as connection:
-            found = {row[0]: (row[1], row[2]) for row in connection.execute(query)}
+            found = parked_by_partition(connection, self._table, partitions)
         now = self._clock()
         for partition in partitions:
             count, oldest = found.get(partition, (0, None))
             label = str(partition)
             metrics.PARKED_ROWS.labels(label).set(count)
-            age = 0.0 if oldest is None else max(0.0, now - _epoch_seconds(oldest))
+            age = 0.0 if oldest is None else max(0.0, now - epoch_seconds(oldest))
             metrics.OLDEST_PARKED_AGE.labels(label).set(age)
         return sorted(found)
 
@@ -251,7 +246,56 @@ def _written_already(entries: Iterable[HalfEntry], wanted: set[str]) -> dict[str
     return found
 
 
-def _epoch_seconds(created_at: Any) -> float:
+def parked_by_partition(
+    connection: sa.Connection, table: sa.Table, partitions: Sequence[int] | None = None
+) -> dict[int, tuple[int, Any]]:
+    """Half partition -> (parked rows, when the oldest was committed), of ``partitions``
+    (all when None): one query on the parked rows' partial index."""
+    query = (
+        sa.select(table.c.half_partition, sa.func.count(), sa.func.min(table.c.created_at))
+        .where(table.c.parked_half.is_not(None))
+        .group_by(table.c.half_partition)
+    )
+    if partitions is not None:
+        query = query.where(table.c.half_partition.in_(partitions))
+    return {row[0]: (row[1], row[2]) for row in connection.execute(query)}
+
+
+@dataclass(frozen=True)
+class ParkedSummary:
+    """What ``outbox status --db`` shows of the parked sends waiting in the log."""
+
+    rows: int
+    oldest_age_seconds: float | None
+    by_partition: dict[int, int]
+
+
+def read_parked(url: str, *, table: str, schema: str | None, now: float) -> ParkedSummary:
+    """The parked sends waiting in the transaction log at ``url``, by half partition.
+
+    Raises DatabaseUnavailableError or TransactionLogMissingError (naming the fix).
+    """
+    target = LogTarget(table, schema)
+    engine = create_engine(url)
+    try:
+        with connect(engine) as connection:
+            require_table(connection, target)
+            if (part := missing_part(connection, target)) is not None:
+                raise outdated_table_error(target, part, engine.url)
+            found = parked_by_partition(
+                connection, transaction_log_table(target.table, target.schema)
+            )
+    finally:
+        engine.dispose()
+    oldest = min((epoch_seconds(at) for _, at in found.values()), default=None)
+    return ParkedSummary(
+        rows=sum(count for count, _ in found.values()),
+        oldest_age_seconds=None if oldest is None else max(0.0, now - oldest),
+        by_partition={partition: count for partition, (count, _) in sorted(found.items())},
+    )
+
+
+def epoch_seconds(created_at: Any) -> float:
     """A log time as seconds since the epoch: SQLite gives it back without its UTC offset."""
     if created_at.tzinfo is None:
         created_at = created_at.replace(tzinfo=UTC)

@@ -6,15 +6,18 @@ only asks for it and shows it.
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict
 from typing import Annotated, Any
 
 import typer
 from outbox_checker.display import format_age
+from outbox_checker.parked import ParkedSummary, read_parked
 from outbox_checker.status import DEFAULT_SCAN_LIMIT, CheckerStatus, read_status
 from rich.table import Table
 
 from outbox.config import KafkaSettings, renamed_variable
+from outbox.sql.log import DEFAULT_TABLE
 from outbox_cli.console import make_console
 from outbox_cli.options import OutputFormat, OutputOption, admin_session, print_json
 from outbox_cli.settings_flags import kafka_options
@@ -126,6 +129,48 @@ ScanLimitOption = Annotated[
 ]
 
 
+DbOption = Annotated[
+    str | None,
+    typer.Option(
+        "--db",
+        envvar="OUTBOX_RESOLVE_FROM_DB",
+        help="SQLAlchemy URL of the transaction log (the checker's --resolve-from-db): also"
+        " show the sends parked there (park_when_unavailable) that wait to be published.",
+        show_default=False,
+    ),
+]
+DbTableOption = Annotated[
+    str,
+    typer.Option("--db-table", envvar="OUTBOX_DB_TABLE", help="Transaction-log table name."),
+]
+DbSchemaOption = Annotated[
+    str | None,
+    typer.Option(
+        "--db-schema", envvar="OUTBOX_DB_SCHEMA", help="Transaction-log schema.", show_default=False
+    ),
+]
+
+
+def parked_document(parked: ParkedSummary) -> dict[str, Any]:
+    return {
+        "rows": parked.rows,
+        "oldest_age_seconds": parked.oldest_age_seconds,
+        "partitions": {str(p): count for p, count in parked.by_partition.items()},
+    }
+
+
+def show_parked(parked: ParkedSummary) -> None:
+    if not parked.rows:
+        line = "parked in the transaction log: none"
+    else:
+        where = ", ".join(f"{p}: {n:,}" for p, n in parked.by_partition.items())
+        line = (
+            f"parked in the transaction log: {parked.rows:,} send(s) waiting to be published"
+            f" (by half partition {where}), the oldest for {format_age(parked.oldest_age_seconds)}"
+        )
+    make_console().print(line, highlight=False)
+
+
 def status_document(status: CheckerStatus) -> dict[str, Any]:
     """``outbox status --output json``: every figure of the table, as numbers."""
     return {
@@ -153,17 +198,29 @@ def status(
     group: GroupOption = None,
     scan_limit: ScanLimitOption = DEFAULT_SCAN_LIMIT,
     output: OutputOption = OutputFormat.TABLE,
+    db: DbOption = None,
+    db_table: DbTableOption = DEFAULT_TABLE,
+    db_schema: DbSchemaOption = None,
     *,
     settings: KafkaSettings,
 ) -> None:
-    """Show the checker's checkpoints and pending halves per half partition."""
+    """Show the checker's checkpoints and pending halves per half partition (and, with
+    --db, the sends parked in the transaction log)."""
     checker_group = (
         group or renamed_variable("OUTBOX_CHECKER_GROUP") or f"{settings.topic_prefix}.checker"
     )
+    parked = None
+    if db:  # first: it is most wanted while Kafka is away, when the rest may fail
+        parked = read_parked(db, table=db_table, schema=db_schema, now=time.time())
+        if output is not OutputFormat.JSON:
+            show_parked(parked)
     with admin_session(settings):
         result = read_status(settings, checker_group, scan_limit=scan_limit)
     if output is OutputFormat.JSON:
-        print_json(status_document(result))
+        document = status_document(result)
+        if parked is not None:
+            document["parked"] = parked_document(parked)
+        print_json(document)
     else:
         show_status(result, settings.bootstrap_servers)
 

@@ -124,6 +124,7 @@ def build_half(
             "immunity_seconds": immunity,
             "origin_offset": None,
             "origin_stored_ms": None,
+            "parked_ms": None,
         },
     )
 

@@ -9,6 +9,7 @@ broker frozen or stopped while orders keep coming.
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -26,6 +27,7 @@ from outbox.errors import ConfigurationError, InvalidMessageError
 from outbox.protocol import HalfRecord, OpRecord, RealRecord, Resolution, TopicNames
 from outbox.sql.log import transaction_log_table
 from tests.checker.support import SkewedClock, running_checker, wait_for
+from tests.checker.test_status import outbox
 from tests.producer.conftest import OutboxTopics
 from tests.sql.conftest import GROUP, Database, _database
 
@@ -319,3 +321,30 @@ def test_a_caller_may_not_set_the_parked_half(database: Database, outbox_topics:
         producer.send_message_in_transaction(
             Message(outbox_topics.real_topic, b"{}", parked_half=b"{}"), {"id": "o-1"}
         )
+
+
+def test_status_shows_the_sends_parked_in_the_log(
+    sync_database: Database, outbox_topics: OutboxTopics
+):
+    database = sync_database
+    sends = to(outbox_topics.real_topic, orders(3, failing=1))
+    with database.producer(database.listener(), parking(outbox_topics)) as producer:
+        results = [producer.send_message_in_transaction(m, order) for m, order in sends]
+    where = [
+        "--bootstrap-servers", outbox_topics.bootstrap, "--topic-prefix",
+        outbox_topics.names.prefix, "--db", database.url, "--db-table", database.target.table,
+    ]  # fmt: skip
+    as_json = outbox("status", *where, "-o", "json")
+    assert as_json.returncode == 0, as_json.stderr
+    parked = json.loads(as_json.stdout)["parked"]
+    partitions = Counter(str(r.half_partition) for r in results[:2])
+    assert (parked["rows"], parked["partitions"]) == (2, dict(partitions))
+    assert parked["oldest_age_seconds"] >= 0
+    as_table = outbox("status", *where)
+    assert as_table.returncode == 0, as_table.stderr
+    assert "parked in the transaction log: 2 send(s) waiting to be published" in as_table.stdout
+    clock = SkewedClock(120)
+    with checker_for(database, outbox_topics, clock) as checker:
+        checker.drain_parked()
+    drained = outbox("status", *where)
+    assert "parked in the transaction log: none" in drained.stdout, drained.stdout
