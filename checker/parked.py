@@ -69,7 +69,6 @@ class DrainReport:
     recovered: int = 0
     """Rows whose half an earlier, interrupted drain had written already: confirmed only."""
     unreadable: int = 0
-    waiting: int = 0
 
 
 WriteHalves = Callable[[int, list[HalfRecord]], list[tuple[str, int]]]

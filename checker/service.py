@@ -383,6 +383,8 @@ class Checker:
     def close(self) -> None:
         if self.relay is not None:
             self.relay.close()
+        if self._drain is not None:
+            self._drain.close()
         for closer in (
             self._writer.close,
             self._halves.close,
