@@ -26,7 +26,7 @@ from outbox.protocol import RealRecord, Resolution, TopicNames
 from tests.fixtures.relay import running_relay
 from tests.producer.conftest import HALF_PARTITIONS, OutboxTopics
 from tests.producer.test_check_back import ops_of, wait_for
-from tests.sql.conftest import Database, _database
+from tests.sql.conftest import Database, database_on
 
 QUIET_SECONDS = 1.0
 """How long a test waits for a publication that must not come (or a second one).
@@ -67,7 +67,7 @@ def framework_database(
         url = f"sqlite:///{tmp_path_factory.mktemp('framework') / 'service.db'}"
     else:
         url = request.getfixturevalue("postgres_url")
-    yield from _database(url, "sync")
+    yield from database_on(url, "sync")
 
 
 def group_of(module: str, database: Database) -> str:

@@ -168,16 +168,18 @@ def listener_kind(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def database(database_url: str, listener_kind: str) -> Iterator[Database]:
-    yield from _database(database_url, listener_kind)
+    yield from database_on(database_url, listener_kind)
 
 
 @pytest.fixture
 def pg_database(postgres_url: str, listener_kind: str) -> Iterator[Database]:
     """PostgreSQL only: for what SQLite cannot show (lost connections, real concurrency)."""
-    yield from _database(postgres_url, listener_kind)
+    yield from database_on(postgres_url, listener_kind)
 
 
-def _database(url: str, kind: str) -> Iterator[Database]:
+def database_on(url: str, kind: str) -> Iterator[Database]:
+    """A :class:`Database` of the test's own on ``url`` (its log and orders tables), dropped
+    after: the fixtures' maker, for a test that needs one of a given kind."""
     engine = create_engine(url)
     target = LogTarget(unique_name("log"))
     upgrade(engine, target=target)

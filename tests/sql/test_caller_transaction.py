@@ -80,9 +80,9 @@ def rolled_back(database: Database, topics: OutboxTopics, txn) -> None:
 @pytest.fixture
 def sync_database(postgres_url: str):
     """PostgreSQL, the production database (SQLite: tests/testing and the asyncio tests here)."""
-    from tests.sql.conftest import _database
+    from tests.sql.conftest import database_on
 
-    yield from _database(postgres_url, "sync")
+    yield from database_on(postgres_url, "sync")
 
 
 @pytest.fixture
@@ -247,9 +247,9 @@ def _mapped_orders(database: Database):
 
 @pytest.fixture
 def async_database(database_url: str):
-    from tests.sql.conftest import _database
+    from tests.sql.conftest import database_on
 
-    yield from _database(database_url, "async")
+    yield from database_on(database_url, "async")
 
 
 @pytest.mark.parametrize("after", ["error after commit", "rollback"])
@@ -314,9 +314,9 @@ def test_async_join_refuses_a_sync_session(async_database: Database, outbox_topi
 
 @pytest.fixture
 def pg_sync_database(postgres_url: str):
-    from tests.sql.conftest import _database
+    from tests.sql.conftest import database_on
 
-    yield from _database(postgres_url, "sync")
+    yield from database_on(postgres_url, "sync")
 
 
 @pytest.mark.postgres

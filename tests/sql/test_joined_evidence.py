@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session, scoped_session, sessionmaker
 from outbox import EndStatus, TransactionProducer
 from outbox.protocol import Resolution
 from tests.producer.test_check_back import ops_of, wait_for
-from tests.sql.conftest import GROUP, Database, OutboxTopics, _database
+from tests.sql.conftest import GROUP, Database, OutboxTopics, database_on
 from tests.sql.test_caller_transaction import (
     committed_and_published,
     decided,
@@ -51,7 +51,7 @@ class Declined(Exception):
 
 @pytest.fixture
 def db(database_url: str):
-    yield from _database(database_url, "sync")
+    yield from database_on(database_url, "sync")
 
 
 @pytest.fixture
@@ -78,7 +78,7 @@ def test_a_savepoint_released_then_a_refused_commit_is_rolled_back(
     postgres_url, outbox_topics, relay
 ):
     """B: PostgreSQL refuses the COMMIT (a deferred unique constraint) after a release."""
-    for database in _database(postgres_url, "sync"):
+    for database in database_on(postgres_url, "sync"):
         with database.engine.begin() as connection:
             connection.exec_driver_sql(
                 f"ALTER TABLE {database.orders.name} ADD CONSTRAINT {database.orders.name}_tx "
@@ -172,7 +172,7 @@ def test_a_scoped_session_is_joined(db, outbox_topics, relay, producer):
 
 @pytest.fixture
 def adb(database_url: str):
-    yield from _database(database_url, "async")
+    yield from database_on(database_url, "async")
 
 
 @pytest.mark.parametrize("scoped", [False, True], ids=["AsyncSession", "async_scoped_session"])

@@ -21,7 +21,7 @@ from confluent_kafka.admin import AdminClient
 from outbox_checker.service import Checker
 from sqlalchemy.orm import Session
 
-from outbox import EndStatus, Message, SendStatus, TransactionProducer
+from outbox import EndStatus, Message, ProducerSettings, SendStatus, TransactionProducer
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
 from outbox.errors import ConfigurationError, InvalidMessageError
 from outbox.protocol import HalfRecord, OpRecord, RealRecord, Resolution, TopicNames
@@ -29,7 +29,7 @@ from outbox.sql.log import transaction_log_table
 from tests.checker.support import SkewedClock, running_checker, wait_for
 from tests.checker.test_status import outbox
 from tests.producer.conftest import OutboxTopics
-from tests.sql.conftest import GROUP, Database, _database
+from tests.sql.conftest import GROUP, Database, database_on
 
 pytestmark = pytest.mark.kafka
 
@@ -140,7 +140,7 @@ def test_every_send_parks_and_each_committed_one_is_published_once(
 
 @pytest.fixture
 def sync_database(database_url: str) -> Iterator[Database]:
-    yield from _database(database_url, "sync")
+    yield from database_on(database_url, "sync")
 
 
 def test_the_callers_transaction_parks_too(sync_database: Database, outbox_topics: OutboxTopics):
@@ -256,7 +256,7 @@ def test_orders_are_taken_while_the_only_broker_is_away(
         AdminClient(topics.client_config),
         [*plan_topics(names, 3, 1, (GROUP,)), TopicSpec(topics.real_topic, 1, 1)],
     )
-    databases = _database(postgres_url, kind)
+    databases = database_on(postgres_url, kind)
     database = next(databases)
     try:
         sends = to(topics.real_topic, orders(5, failing=1))
@@ -306,8 +306,6 @@ def test_parking_needs_a_sql_listener():
         def check_local_transaction(self, message):
             return None
 
-    from outbox import ProducerSettings
-
     settings = ProducerSettings(bootstrap_servers="localhost:9092", park_when_unavailable=True)
     with pytest.raises(ConfigurationError, match=r"park_when_unavailable .* SqlTransaction"):
         TransactionProducer(GROUP, Plain(), settings)
@@ -348,3 +346,22 @@ def test_status_shows_the_sends_parked_in_the_log(
         checker.drain_parked()
     drained = outbox("status", *where)
     assert "parked in the transaction log: none" in drained.stdout, drained.stdout
+
+
+@pytest.mark.parametrize("seconds", [0, -1, "soon"])
+def test_a_park_deadline_that_is_not_a_positive_duration_is_refused(seconds: object):
+    with pytest.raises(ValueError, match="park_after_seconds"):
+        ProducerSettings(bootstrap_servers="localhost:9092", park_after_seconds=seconds)
+
+
+def test_status_names_an_unreachable_or_unmigrated_log(
+    sync_database: Database, outbox_topics: OutboxTopics
+):
+    where = ["--bootstrap-servers", outbox_topics.bootstrap, "--prefix", outbox_topics.names.prefix]
+    unreachable = "postgresql+psycopg://nobody@127.0.0.1:1/none?connect_timeout=2"
+    down = outbox("status", *where, "--db", unreachable)
+    assert down.returncode == 1
+    assert "cannot reach the database" in down.stderr, down.stderr
+    missing = outbox("status", *where, "--db", sync_database.url, "--db-table", "no_such_log")
+    assert missing.returncode == 1
+    assert "does not exist" in missing.stderr and "outbox db upgrade" in missing.stderr
