@@ -33,14 +33,16 @@ demo: kafka-jars spark-jars
 # The pipeline under seeded faults; `make chaos SEED=N` reproduces a run,
 # `make chaos SINK=delta` lands the events in a Delta table, `make chaos BROKERS=3`
 # runs Kafka as a three-node cluster (rolling restart, leader and coordinator kills),
-# `make chaos PARTITIONS=1` adds network partitions (as root: network namespaces).
+# `make chaos PARTITIONS=1` adds network partitions (as root: network namespaces),
+# `make chaos PARK=1` parks sends while Kafka is away and kills Kafka for 20-30 s.
 SEED ?= 1
 SINK ?= parquet
 BROKERS ?= 1
 PARTITIONS ?=
+PARK ?=
 chaos: kafka-jars spark-jars
 	$(BIN)/outbox chaos --seed $(SEED) --sink-format $(SINK) --brokers $(BROKERS) \
-		$(if $(PARTITIONS),--network-partitions)
+		$(if $(PARTITIONS),--network-partitions) $(if $(PARK),--park-when-unavailable)
 
 # Every benchmark on one local broker: one table, bench/results/all.json.
 bench: kafka-jars spark-jars

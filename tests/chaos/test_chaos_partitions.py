@@ -16,13 +16,13 @@ import io
 import os
 import re
 import subprocess
-import sys
 
 import pytest
 from rich.console import Console
 
 from outbox_devtools.chaos import run as chaos_run
 from outbox_devtools.chaos.settings import ChaosSettings
+from tests.chaos.support import NO_CLUSTER_FAULTS, NO_DEFAULT_FAULTS, chaos
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 
@@ -30,34 +30,12 @@ SEED = 41
 """Its plan: the leader of half partition 1 cut from its followers at 6 % (16.6 s), checker #0
 cut from every broker at 32 % (23.5 s), node 3 cut from the other nodes at 36 % (17.6 s, once
 the cluster is in sync again), producer #2 cut from every broker at 36 % (10.5 s)."""
-ONLY_CUTS = (
-    "--producer-kills=0",
-    "--checker-kills=0",
-    "--broker-restarts=0",
-    "--checker-outages=0",
-    "--answering-producer-kills=0",
-    "--broker-freezes=0",
-    "--checker-freezes=0",
-    "--mid-chunk-kills=0",
-    "--discard-cycles=0",
-    "--rolling-restarts=0",
-    "--half-leader-kills=0",
-    "--coordinator-kills=0",
-)
-
-
-def _chaos(*arguments: str, timeout: float) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "outbox", "chaos", *arguments],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+ONLY_CUTS = (*NO_DEFAULT_FAULTS, *NO_CLUSTER_FAULTS)
 
 
 @pytest.mark.timeout(600)
 def test_partitions_of_a_checker_a_producer_a_minority_node_and_a_leader_lose_nothing(tmp_path):
-    result = _chaos(
+    result = chaos(
         f"--seed={SEED}",
         "--transactions=500",
         "--threads=2",

@@ -11,10 +11,10 @@ transaction coordinator.
 """
 
 import re
-import subprocess
-import sys
 
 import pytest
+
+from tests.chaos.support import chaos
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 
@@ -44,26 +44,18 @@ def test_a_short_chaos_run_loses_nothing_and_shows_nothing_rolled_back(tmp_path)
     checker processes in tests/checker/test_resolve_from_db.py, the single broker's
     kill and freeze in tests/checker/test_outage.py; ``make chaos`` runs them all at
     full size (``SINK=``, ``BROKERS=``)."""
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "outbox",
-            "chaos",
-            f"--seed={SEED}",
-            "--transactions=800",
-            "--threads=2",
-            "--producer-kills=1",
-            "--checker-kills=1",
-            "--broker-restarts=1",
-            f"--work-dir={tmp_path}",
-            "--no-resolve-from-db",
-            "--sink-format=delta",
-            "--brokers=3",
-            "--discard-cycles=0",
-        ],
-        capture_output=True,
-        text=True,
+    result = chaos(
+        f"--seed={SEED}",
+        "--transactions=800",
+        "--threads=2",
+        "--producer-kills=1",
+        "--checker-kills=1",
+        "--broker-restarts=1",
+        f"--work-dir={tmp_path}",
+        "--no-resolve-from-db",
+        "--sink-format=delta",
+        "--brokers=3",
+        "--discard-cycles=0",
         timeout=840,
     )
     output = result.stdout + result.stderr

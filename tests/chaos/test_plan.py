@@ -201,3 +201,35 @@ def test_a_cluster_adds_a_minority_node_cut_and_a_leader_cut_from_its_followers(
     assert leaders[0].describe().startswith("cut half leader of partition ")
     single = fault_plan(9, broker_restarts=0, **SIZES, **CUTS)
     assert [f for f in plan if not f.kind.cuts_nodes] == single
+
+
+def test_kafka_away_is_drawn_last_for_20_to_30_seconds_and_leaves_the_older_faults_alone():
+    """Seeds quoted before --park-when-unavailable keep meaning the same faults."""
+    for sizes in (SIZES, {**SIZES, **CLUSTER, "rolling_restarts": 1}):
+        older = fault_plan(6, broker_restarts=2, broker_freezes=1, **sizes, **CUTS)
+        plan = fault_plan(6, broker_restarts=2, broker_freezes=1, **sizes, **CUTS, kafka_outages=2)
+        away = [f for f in plan if f.kind is FaultKind.KAFKA_AWAY]
+        assert [f for f in plan if f.kind is not FaultKind.KAFKA_AWAY] == older
+        assert len(away) == 2
+        assert all(20.0 <= f.down_seconds <= 30.0 and f.kind.hits_a_broker for f in away)
+        assert all(f.kind.verb == "kill -9" and not f.kind.freezes for f in away)
+
+
+def test_kafka_away_kills_the_broker_or_a_majority_of_the_nodes():
+    (single,) = [
+        f
+        for f in fault_plan(6, broker_restarts=0, **SIZES, kafka_outages=1)
+        if f.kind is FaultKind.KAFKA_AWAY
+    ]
+    assert single.target == 0 and single.nodes(1) == (1,)
+    assert single.describe() == f"Kafka away: the broker killed, down {single.down_seconds:.1f}s"
+    for seed in range(20):
+        (away,) = [
+            f
+            for f in fault_plan(seed, broker_restarts=0, **SIZES, **CLUSTER, kafka_outages=1)
+            if f.kind is FaultKind.KAFKA_AWAY
+        ]
+        nodes = away.nodes(3)
+        assert len(set(nodes)) == 2 and set(nodes) <= {1, 2, 3} and nodes[0] == away.target
+        assert away.describe().startswith(f"Kafka away: a majority from node {away.target} killed")
+    assert len(set(away.nodes(5))) == 3  # a majority of five

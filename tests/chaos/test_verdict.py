@@ -163,3 +163,13 @@ def test_an_orphaned_attempt_of_a_reused_id_on_the_real_topic_fails_the_run():
     state.orphans_published = 1
     verdict = judge(1, {"t1"}, state, Counter({"t1": 1}))
     assert any("orphaned attempts" in failure for failure in verdict.failures)
+
+
+def test_with_parking_a_send_that_failed_while_kafka_was_away_fails_the_run():
+    verdict = judge(1, {"t1"}, _state(), Counter({"t1": 1}))
+    verdict.parked_sends, verdict.failed_sends_kafka_away = 12, 0
+    assert verdict.failures == []
+    assert verdict.line().endswith("orphans_published=0 parked_sends=12 failed_sends_kafka_away=0")
+    verdict.failed_sends_kafka_away = 3
+    assert verdict.failures == ["3 sends failed while Kafka was away, with parking on"]
+    assert verdict.line().endswith("parked_sends=12 failed_sends_kafka_away=3")

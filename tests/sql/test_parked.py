@@ -19,6 +19,7 @@ import pytest
 import sqlalchemy as sa
 from confluent_kafka.admin import AdminClient
 from outbox_checker.service import Checker
+from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from outbox import EndStatus, Message, ProducerSettings, SendStatus, TransactionProducer
@@ -166,6 +167,45 @@ def test_the_callers_transaction_parks_too(sync_database: Database, outbox_topic
     with checker_for(database, outbox_topics, clock) as checker:
         publish_parked(checker, clock, outbox_topics, expected=1)
     assert [e.transaction_id for e in published(outbox_topics)] == [txn.result.transaction_id]
+
+
+@pytest.fixture
+def async_database(database_url: str) -> Iterator[Database]:
+    yield from database_on(database_url, "async")
+
+
+def test_the_callers_transaction_parks_too_with_asyncio(
+    async_database: Database, outbox_topics: OutboxTopics
+):
+    database = async_database
+    engine, loop = database.async_parts()
+    producer = database.producer(database.listener(), parking(outbox_topics))
+    producer.start()
+
+    async def send(order_id: str, *, commit: bool) -> Any:
+        message = Message(outbox_topics.real_topic, b"{}", key=order_id)
+        async with (
+            producer.producer.transaction(message) as txn,
+            AsyncSession(engine) as session,
+        ):
+            await session.begin()
+            row = {"id": order_id, "transaction_id": txn.message.transaction_id}
+            await session.execute(sa.insert(database.orders).values(**row))
+            await txn.join(session)
+            await (session.commit() if commit else session.rollback())
+        return txn.result
+
+    try:
+        kept, gone = loop.run(send("o-1", commit=True)), loop.run(send("o-2", commit=False))
+    finally:
+        producer.shutdown()
+    assert (kept.send_status, kept.end_status) == (SendStatus.PARKED, EndStatus.PARKED)
+    assert gone.end_status is EndStatus.ROLLED_BACK
+    assert database.order_rows() == {"o-1": kept.transaction_id}
+    clock = SkewedClock(120)
+    with checker_for(database, outbox_topics, clock) as checker:
+        publish_parked(checker, clock, outbox_topics, expected=1)
+    assert [e.transaction_id for e in published(outbox_topics)] == [kept.transaction_id]
 
 
 def test_the_parked_events_of_a_key_are_published_in_their_order(

@@ -53,6 +53,10 @@ class FaultKind(StrEnum):
     """Cluster only: one node cut from the other nodes (a minority), clients still reach it."""
     CUT_HALF_LEADER = "cut half leader"
     """Cluster only: the node leading a half partition cut from its followers (the other nodes)."""
+    KAFKA_AWAY = "Kafka away"
+    """The broker, or a majority of the cluster's nodes, killed for 20-30 s while orders continue:
+    no write is possible anywhere, so producers that park their sends
+    (``--park-when-unavailable``) must take every order and the checker publish them after."""
 
     @property
     def verb(self) -> str:
@@ -61,6 +65,8 @@ class FaultKind(StrEnum):
             return "freeze"
         if self is FaultKind.ROLLING_RESTART:
             return "restart"
+        if self is FaultKind.KAFKA_AWAY:
+            return "kill -9"
         if self in CUT_KINDS:
             return "cut"
         return "stop" if self is FaultKind.STOP_BROKER else "kill -9"
@@ -107,6 +113,7 @@ BROKER_KINDS = frozenset(
         FaultKind.ROLLING_RESTART,
         FaultKind.KILL_HALF_LEADER,
         FaultKind.KILL_RELAY_COORDINATOR,
+        FaultKind.KAFKA_AWAY,
     }
 )
 CUT_KINDS = frozenset(
@@ -124,15 +131,24 @@ class Fault:
     target: int
     """Producer or checker index; 0 for all checkers and the single broker. In a cluster: the
     node id of a stop, kill or freeze; the half partition whose leader is killed; the checker
-    replica whose relay's coordinator is killed."""
+    replica whose relay's coordinator is killed; the first node of the majority Kafka away kills."""
     down_seconds: float
     """How long the target stays down before the controller starts it again."""
+
+    def nodes(self, brokers: int) -> tuple[int, ...]:
+        """The node ids a Kafka-away fault kills: a majority (all of one broker), from its
+        target on, wrapping: on three nodes the target and the next one."""
+        majority = brokers // 2 + 1
+        return tuple((self.target - 1 + step) % brokers + 1 for step in range(majority))
 
     def describe(self) -> str:
         if self.kind is FaultKind.ROLLING_RESTART:
             return "rolling restart of every node"
         if self.kind is FaultKind.DISCARD_RESUME_CYCLE:
             return "discard-and-resume cycle"
+        if self.kind is FaultKind.KAFKA_AWAY:
+            where = "the broker" if self.target == 0 else f"a majority from node {self.target}"
+            return f"{self.kind}: {where} killed, down {self.down_seconds:.1f}s"
         if self.kind in (FaultKind.CUT_CHECKER, FaultKind.CUT_PRODUCER):
             target = f" #{self.target} from every broker"
         elif self.kind is FaultKind.CUT_NODE:
@@ -174,6 +190,7 @@ def fault_plan(
     producer_cuts: int = 0,
     node_cuts: int = 0,
     half_leader_cuts: int = 0,
+    kafka_outages: int = 0,
 ) -> list[Fault]:
     """The faults of one run, in firing order; the same arguments give the same plan.
 
@@ -228,4 +245,8 @@ def fault_plan(
         cut_nodes = draw(FaultKind.CUT_NODE, node_cuts, brokers, (10.0, 20.0))
         faults += [replace(fault, target=fault.target + 1) for fault in cut_nodes]  # a node id
         faults += draw(FaultKind.CUT_HALF_LEADER, half_leader_cuts, partitions, (10.0, 20.0))
+    # Kafka away last (only asked for with --park-when-unavailable): older seeds keep their
+    # faults. On a cluster the target is the first node of the majority killed.
+    away = draw(FaultKind.KAFKA_AWAY, kafka_outages, brokers if brokers > 1 else 0, (20.0, 30.0))
+    faults += [replace(fault, target=fault.target + 1) if brokers > 1 else fault for fault in away]
     return sorted(faults, key=lambda fault: fault.at_share)

@@ -13,8 +13,9 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from outbox_devtools.chaos.checker_process import ARM_FILE_VARIABLE, MID_CHUNK
@@ -27,6 +28,20 @@ of 10. Not for the checker, whose consumers have their own ``--session-timeout-m
 whose producers would log each property as ignored."""
 
 
+@dataclass(frozen=True)
+class SendCounts:
+    """A producer's ``SENT`` report: sends that returned, that raised, that were parked."""
+
+    sent: int = 0
+    failed: int = 0
+    parked: int = 0
+
+    def __add__(self, other: SendCounts) -> SendCounts:
+        return SendCounts(
+            self.sent + other.sent, self.failed + other.failed, self.parked + other.parked
+        )
+
+
 class ProducerProcess:
     """One producer slot: the live process and the counts of its dead incarnations."""
 
@@ -36,8 +51,11 @@ class ProducerProcess:
         self.log_dir = log_dir
         self.launcher = list(launcher)
         self.incarnation = 0
-        self.earlier_sent = 0
-        self._sent = 0
+        self.earlier = SendCounts()
+        """What the dead incarnations last reported."""
+        self._current = SendCounts()
+        self.failures: list[tuple[float, int]] = []
+        """(epoch s of a report, sends that failed since the one before): when sends failed."""
         self._ready = threading.Event()
         self.answering = threading.Event()
         """Set when the armed process announces it is inside a check-back answer."""
@@ -45,9 +63,13 @@ class ProducerProcess:
         self.process: subprocess.Popen[str] | None = None
 
     @property
+    def counts(self) -> SendCounts:
+        """Sends of every incarnation so far (as each last reported)."""
+        return self.earlier + self._current
+
+    @property
     def sent(self) -> int:
-        """Halves stored by every incarnation so far (as each last reported)."""
-        return self.earlier_sent + self._sent
+        return self.counts.sent
 
     @property
     def alive(self) -> bool:
@@ -55,7 +77,7 @@ class ProducerProcess:
 
     def start(self) -> None:
         self.incarnation += 1
-        self._sent = 0
+        self._current = SendCounts()
         self._ready.clear()
         self.answering.clear()
         config = replace(self.config, incarnation=self.incarnation)
@@ -89,7 +111,10 @@ class ProducerProcess:
             if words[:1] == ["READY"]:
                 self._ready.set()
             elif words[:1] == ["SENT"] and process is self.process:
-                self._sent = int(words[1])
+                counts = SendCounts(int(words[1]), int(words[5]), int(words[6]))
+                if counts.failed > self._current.failed:
+                    self.failures.append((time.time(), counts.failed - self._current.failed))
+                self._current = counts
             elif words[:1] == ["CHECKING"] and process is self.process:
                 self.answering.set()
 
@@ -97,8 +122,8 @@ class ProducerProcess:
         if self.process is not None:
             self.process.kill()
             self.process.wait()
-            self.earlier_sent += self._sent
-            self._sent = 0
+            self.earlier += self._current
+            self._current = SendCounts()
 
     def stop_sending(self) -> None:
         self._command("stop\n")

@@ -32,6 +32,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from confluent_kafka.admin import AdminClient
+from outbox_checker.parked import read_parked
 from outbox_checker.relay import relay_transactional_id
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -43,11 +44,16 @@ from outbox.errors import KafkaUnavailableError
 from outbox.producer import TransactionProducer
 from outbox.protocol import TopicNames
 from outbox.sql import create_engine, upgrade
-from outbox.sql.log import transaction_log_table
+from outbox.sql.log import DEFAULT_TABLE, transaction_log_table
 from outbox_devtools.chaos.discard_cycle import MUTE_GROUP, DiscardCycle
 from outbox_devtools.chaos.network import ChaosNetwork, Cut, unavailable_reason
 from outbox_devtools.chaos.plan import Fault, FaultKind, fault_plan
-from outbox_devtools.chaos.processes import CLIENT_TIMEOUTS, CheckerProcess, ProducerProcess
+from outbox_devtools.chaos.processes import (
+    CLIENT_TIMEOUTS,
+    CheckerProcess,
+    ProducerProcess,
+    SendCounts,
+)
 from outbox_devtools.chaos.settings import ChaosSettings
 from outbox_devtools.chaos.verdict import (
     Interval,
@@ -82,6 +88,9 @@ TICK_SECONDS = 0.2
 BROKER_FAULT_WAIT_SECONDS = 180.0
 """How long a broker fault waits for the cluster to be whole and in sync before it is skipped
 (a run whose replicas never recover must end, and say so, rather than wait for ever)."""
+AWAY_MARGIN_SECONDS = 5.0
+"""A send that fails this soon after a Kafka fault ended is counted as failed while Kafka was
+away: reports come every half second, and a send started during the fault ends after it."""
 CHECK_WAIT_SECONDS = 120.0
 """How long an armed producer may take to receive a check-back before the fault gives up
 (recorded as ``no check seen``). A half is only checked once past the transaction timeout
@@ -101,8 +110,8 @@ class FaultEvent:
     restart_at: float
     processes: Sequence[ProducerProcess | CheckerProcess] = ()
     """The killed processes, started again when the down time is over."""
-    node: LocalKafka | None = None
-    """The Kafka node stopped, killed or frozen (the broker itself with one node)."""
+    nodes: tuple[LocalKafka, ...] = ()
+    """The Kafka nodes stopped, killed or frozen (the broker itself with one node)."""
     frozen: bool = False
     """Paused (SIGSTOP): resumed with SIGCONT when the down time is over, not restarted."""
     steps: Iterator[str] | None = None
@@ -172,6 +181,26 @@ class Cluster:
     def sent(self) -> int:
         return sum(p.sent for p in self.producers)
 
+    @property
+    def counts(self) -> SendCounts:
+        """Every producer's sends, failures and parked sends, as last reported."""
+        return sum((p.counts for p in self.producers), SendCounts())
+
+    def failed_while_kafka_away(self) -> int:
+        """Sends that failed while a Kafka fault was under way (a node down, frozen or cut, a
+        producer cut) or within :data:`AWAY_MARGIN_SECONDS` of its end."""
+        windows = [
+            (event.began_wall, (event.ended_wall or math.inf) + AWAY_MARGIN_SECONDS)
+            for event in self.events
+            if event.outcome is None and (event.fault.kind.hits_a_broker or event.fault.kind.cuts)
+        ]
+        return sum(
+            failed
+            for producer in self.producers
+            for reported, failed in producer.failures
+            if any(start <= reported <= end for start, end in windows)
+        )
+
     def elapsed(self) -> float:
         return time.monotonic() - self.started
 
@@ -197,7 +226,7 @@ class Cluster:
             fault.kind.hits_a_broker or fault.kind.cuts_nodes
         ):
             return True
-        if any(e.back_after is None and (e.node or e.steps or e.cut_nodes) for e in self.events):
+        if any(e.back_after is None and (e.nodes or e.steps or e.cut_nodes) for e in self.events):
             return False
         return self.kafka.is_running() and not self.kafka.under_replicated()
 
@@ -355,6 +384,17 @@ def _fire_at_kafka(cluster: Cluster, fault: Fault, console: Console) -> None:
         half = TopicNames(PREFIX).half
         node = kafka.leader_of(half, fault.target)
         name = f"node {node.node_id} (leader of {half}[{fault.target}])"
+    elif fault.kind is FaultKind.KAFKA_AWAY:
+        nodes = tuple(cluster.node(node_id) for node_id in fault.nodes(_node_count(kafka)))
+        for node in nodes:
+            node.kill()
+        name = (
+            "broker"
+            if isinstance(kafka, LocalKafka)
+            else f"nodes {', '.join(str(node.node_id) for node in nodes)} (a majority)"
+        )
+        _record(cluster, fault, name, [], console, nodes=nodes)
+        return
     elif fault.kind is FaultKind.KILL_RELAY_COORDINATOR:
         assert isinstance(kafka, LocalKafkaCluster)
         checker = cluster.checkers[fault.target]
@@ -370,7 +410,7 @@ def _fire_at_kafka(cluster: Cluster, fault: Fault, console: Console) -> None:
         node.stop()
     else:
         node.kill()
-    _record(cluster, fault, name, [], console, node=node, frozen=fault.kind.freezes)
+    _record(cluster, fault, name, [], console, nodes=(node,), frozen=fault.kind.freezes)
 
 
 def _fire_cut(cluster: Cluster, fault: Fault, console: Console) -> None:
@@ -516,7 +556,7 @@ def _record(
     processes: Sequence[ProducerProcess | CheckerProcess],
     console: Console,
     *,
-    node: LocalKafka | None = None,
+    nodes: tuple[LocalKafka, ...] = (),
     frozen: bool = False,
     detail: str = "",
     cut: Cut | None = None,
@@ -524,7 +564,7 @@ def _record(
 ) -> None:
     """Log a fault that struck; its targets come back (or its cut heals) after its down time."""
     restart_at = time.monotonic() + fault.down_seconds
-    event = FaultEvent(fault, cluster.elapsed(), name, restart_at, processes, node, frozen)
+    event = FaultEvent(fault, cluster.elapsed(), name, restart_at, processes, nodes, frozen)
     event.cut, event.cut_nodes = cut, cut_nodes
     cluster.events.append(event)
     console.print(
@@ -558,13 +598,13 @@ def _restart_due(cluster: Cluster, console: Console, *, all_now: bool = False) -
             assert cluster.network is not None  # meanwhile comes back with that fault
             cluster.network.heal(event.cut)
         elif event.frozen:
-            if event.node is not None:
-                event.node.thaw()
+            for node in event.nodes:
+                node.thaw()
             for process in event.processes:
                 process.thaw()
         else:
-            if event.node is not None:
-                event.node.start()
+            for node in event.nodes:
+                node.start()
             for process in event.processes:
                 if not process.alive:
                     process.start()
@@ -649,25 +689,35 @@ def _send_with_faults(
 
 
 def _settle(
-    bootstrap: str, settings: ChaosSettings, console: Console, on_tick: Callable[[], None]
+    cluster: Cluster, settings: ChaosSettings, console: Console, on_tick: Callable[[], None]
 ) -> None:
-    """Read the topics until no half is pending (or the settle time is over)."""
+    """Read the topics until no half is pending and no send is parked in the transaction
+    log (or the settle time is over)."""
     deadline = time.monotonic() + settings.settle_seconds
     with console.status("    settling") as status:
         while time.monotonic() < deadline:
             on_tick()
+            parked = _parked_rows(cluster.database_url) if settings.park_when_unavailable else 0
             try:
-                state = read_topic_state(bootstrap, TopicNames(PREFIX), (REAL_TOPIC,))
+                state = read_topic_state(
+                    cluster.kafka.bootstrap_servers, TopicNames(PREFIX), (REAL_TOPIC,)
+                )
             except KafkaUnavailableError as exc:
                 log.warning("reading the topics: %s", exc)
             else:
                 status.update(
                     f"    settling: {len(state.transactions)} transactions, "
-                    f"{len(state.pending)} pending, {len(state.discarded)} discarded"
+                    f"{len(state.pending)} pending, {len(state.discarded)} discarded, "
+                    f"{parked} parked"
                 )
-                if not state.pending:
+                if not state.pending and not parked:
                     return
             time.sleep(3)
+
+
+def _parked_rows(url: str) -> int:
+    """Sends parked in the transaction log and not yet published by a checker replica."""
+    return read_parked(url, table=DEFAULT_TABLE, schema=None, now=time.time()).rows
 
 
 class Sink:
@@ -769,6 +819,7 @@ def run(console: Console, settings: ChaosSettings) -> int:
         producer_cuts=settings.producer_cuts if cuts else 0,
         node_cuts=settings.node_cuts if cuts else 0,
         half_leader_cuts=settings.half_leader_cuts if cuts else 0,
+        kafka_outages=settings.kafka_outages if settings.park_when_unavailable else 0,
     )
     _step(console, f"seed {settings.seed}: {len(faults)} faults planned")
     for fault in faults:
@@ -863,6 +914,10 @@ def run(console: Console, settings: ChaosSettings) -> int:
     return 1 if verdict.failures else 0
 
 
+def _node_count(kafka: LocalKafka | LocalKafkaCluster) -> int:
+    return 1 if isinstance(kafka, LocalKafka) else len(kafka.nodes)
+
+
 def _hosts(settings: ChaosSettings) -> list[str]:
     """The chaos network's hosts: each broker, checker replica and producer on its own."""
     return [
@@ -953,6 +1008,7 @@ def _worker_config(settings: ChaosSettings, bootstrap: str, url: str, index: int
         slow_commit_share=settings.slow_commit_share,
         grace_seconds=GRACE_SECONDS,
         kafka_properties=CLIENT_TIMEOUTS,
+        park_when_unavailable=settings.park_when_unavailable,
     )
 
 
@@ -983,7 +1039,7 @@ def _run_phases(
     with _writability_monitor(cluster, settings) as monitor:
         _send_with_faults(cluster, settings, faults, console, sink.check)
         _step(console, "faults over: waiting for the checker to settle every half")
-        _settle(cluster.kafka.bootstrap_servers, settings, console, sink.check)
+        _settle(cluster, settings, console, sink.check)
     committed = _committed_in_database(url)
     _step(console, "waiting for the sink to land every committed order")
     rows = sink.wait_for(committed, settings.settle_seconds, console)
@@ -1005,6 +1061,11 @@ def _run_phases(
     verdict.writable_stall_s = max((e - s for s, e in writable_stalls), default=0.0)
     verdict.orphaned_attempts = state.orphaned_attempts
     verdict.slow_commits = _slow_commits(url)
+    counts = cluster.counts
+    verdict.failed_sends = counts.failed
+    if settings.park_when_unavailable:
+        verdict.parked_sends = counts.parked
+        verdict.failed_sends_kafka_away = cluster.failed_while_kafka_away()
     return verdict
 
 
@@ -1019,9 +1080,9 @@ def _writability_monitor(cluster: Cluster, settings: ChaosSettings) -> Writabili
             for event in list(cluster.events)
             if event.ended_wall is None and event.outcome is None
         ]
-        return frozenset(
-            event.node.node_id for event in under_way if event.node is not None
-        ) | frozenset(node for event in under_way for node in event.cut_nodes)
+        return frozenset(node.node_id for event in under_way for node in event.nodes) | frozenset(
+            node for event in under_way for node in event.cut_nodes
+        )
 
     return WritabilityMonitor(
         cluster.kafka.bootstrap_servers,
@@ -1050,9 +1111,10 @@ def _slow_commits(url: str) -> int:
 
 
 def _publication_blocked(cluster: Cluster) -> list[Interval]:
-    """When no publication could happen (epoch s): the single broker away, or every
-    checker replica killed or frozen. A node of three away leaves a quorum and a leader
-    for every partition, so it blocks nothing: what follows it is the outbox's to win."""
+    """When no publication could happen (epoch s): the single broker or a majority of the
+    nodes away, or every checker replica killed or frozen. A node of three away leaves a
+    quorum and a leader for every partition, so it blocks nothing: what follows it is the
+    outbox's to win."""
     blocked: list[Interval] = []
     down: list[tuple[float, int, int]] = []
     """(time, checker index, +1 going down / -1 back)"""
@@ -1060,7 +1122,7 @@ def _publication_blocked(cluster: Cluster) -> list[Interval]:
         if event.outcome is not None:
             continue
         ended = event.ended_wall if event.ended_wall is not None else float("inf")
-        if isinstance(cluster.kafka, LocalKafka) and (event.node or event.steps):
+        if 2 * len(event.nodes) > _node_count(cluster.kafka):
             blocked.append((event.began_wall, ended))
         for process in event.processes:
             if isinstance(process, CheckerProcess):
@@ -1121,6 +1183,15 @@ def _report(
         ("orphaned attempts of reused ids (halves)", verdict.orphaned_attempts),
         ("  of which published", verdict.orphans_published),
         ("slow commits (blocked past the grace)", verdict.slow_commits),
+        ("sends that failed (raised)", verdict.failed_sends),
+        *(
+            [
+                ("  of which while Kafka was away", verdict.failed_sends_kafka_away),
+                ("sends parked in the transaction log", verdict.parked_sends),
+            ]
+            if verdict.parked_sends is not None
+            else []
+        ),
         ("discarded halves", verdict.discarded),
         *(
             (f"discard cycle {n}: {cycle.describe()}", len(cycle.transaction_ids))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from outbox.durations import Seconds
@@ -111,6 +111,18 @@ class ChaosSettings(BaseSettings):
         description="with --network-partitions and --brokers 3+: the node leading a half"
         " partition cut from its followers, 10-20 s",
     )
+    park_when_unavailable: bool = Field(
+        False,
+        description="producers park a send whose half Kafka does not take in time in the"
+        " transaction log (ProducerSettings.park_when_unavailable), the checker replicas drain"
+        " them (so they run with --resolve-from-db), and the Kafka outages below are added",
+    )
+    kafka_outages: int = Field(
+        1,
+        ge=0,
+        description="with --park-when-unavailable: the broker (with --brokers 3+, a majority of"
+        " the nodes) killed for 20-30 s while orders continue",
+    )
     rollback_share: float = Field(
         0.15, ge=0, le=1, description="orders a business rule refuses (local rollback)"
     )
@@ -149,6 +161,13 @@ class ChaosSettings(BaseSettings):
     work_dir: str | None = Field(
         None, description="where logs, the table and checkpoints go (default: a temp dir)"
     )
+
+    @model_validator(mode="after")
+    def _parking_needs_the_log(self) -> ChaosSettings:
+        """Parked sends wait in the transaction log, which only a checker reading it drains."""
+        if self.park_when_unavailable:
+            self.resolve_from_db = True
+        return self
 
     @field_validator("brokers")
     @classmethod

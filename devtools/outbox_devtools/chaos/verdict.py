@@ -235,6 +235,13 @@ class Verdict:
     """The longest of the :func:`publication_stalls`: a measure, not an invariant."""
     writable_stall_s: float | None = None
     """The same, counted only while Kafka could take the relay's writes (leaders, in sync)."""
+    failed_sends: int = 0
+    """Sends that raised (as the producers last reported: a killed one's last half second is
+    not counted): without parking, what a Kafka outage costs the service."""
+    parked_sends: int | None = None
+    """With parking on: sends parked in the transaction log (published later by the checker)."""
+    failed_sends_kafka_away: int | None = None
+    """With parking on: sends that raised while Kafka was away. Parking promises none."""
 
     @property
     def failures(self) -> list[str]:
@@ -245,6 +252,10 @@ class Verdict:
             "halves still pending": self.pending,
             "orphaned attempts of a reused transaction id published": self.orphans_published,
         }
+        if self.failed_sends_kafka_away:
+            problems["sends failed while Kafka was away, with parking on"] = (
+                self.failed_sends_kafka_away
+            )
         failures = [f"{count} {what}" for what, count in problems.items() if count]
         if self.lost:
             failures.append(f"{self.unpublished} of the lost are not on the real topic either")
@@ -269,6 +280,12 @@ class Verdict:
             + (
                 f" writable_stall_s={self.writable_stall_s:.1f}"
                 if self.writable_stall_s is not None
+                else ""
+            )
+            + (
+                f" parked_sends={self.parked_sends}"
+                f" failed_sends_kafka_away={self.failed_sends_kafka_away}"
+                if self.parked_sends is not None
                 else ""
             )
         )

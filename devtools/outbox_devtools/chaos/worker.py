@@ -5,7 +5,9 @@
 writes ``stop`` on its stdin; it then keeps answering check-backs until stdin
 closes, because the checker still needs a live producer of the group to settle
 what the killed ones left behind. Every half-second it prints one line,
-``SENT <stored halves> <committed> <rolled back> <other ends> <failed halves>``.
+``SENT <sends> <committed> <rolled back> <other ends> <failed sends> <parked sends>``
+(with ``park_when_unavailable`` a send Kafka did not take in time is parked in the
+transaction log: counted as sent and parked, never as failed).
 
 ``arm-check`` on stdin makes the next check-back it answers print
 ``CHECKING <transaction id>`` and pause for :data:`CHECK_PAUSE_SECONDS` before
@@ -32,7 +34,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
 from outbox.errors import HalfWriteError, KafkaUnavailableError, OutboxError
-from outbox.message import EndStatus, LocalTransactionState, Message
+from outbox.message import EndStatus, LocalTransactionState, Message, SendStatus
 from outbox.producer import TransactionProducer
 from outbox.settings import ProducerSettings
 from outbox.sql import SqlTransactionListener, create_engine
@@ -74,6 +76,7 @@ class WorkerConfig:
     slow_commit_share: float
     grace_seconds: float
     kafka_properties: dict[str, str]
+    park_when_unavailable: bool = False
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__)
@@ -139,6 +142,7 @@ class Worker:
             topic_prefix=config.topic_prefix,
             kafka_properties=config.kafka_properties,
             start_timeout_seconds=5,
+            park_when_unavailable=config.park_when_unavailable,
         )
 
     def start_producer(self) -> TransactionProducer:
@@ -193,7 +197,9 @@ class Worker:
                 time.sleep(0.2)
                 continue
             self._count("sent")
-            if result.end_status is EndStatus.COMMITTED:
+            if result.send_status is SendStatus.PARKED:
+                self._count("parked")
+            if result.end_status in (EndStatus.COMMITTED, EndStatus.PARKED):
                 self._count("committed")
             elif result.end_status is EndStatus.ROLLED_BACK:
                 self._count("rolled_back")
@@ -205,7 +211,7 @@ class Worker:
             c = self.counts
             line = (
                 f"SENT {c['sent']} {c['committed']} {c['rolled_back']} {c['other']} "
-                f"{c['failed_halves']}"
+                f"{c['failed_halves']} {c['parked']}"
             )
         say(line)
 
