@@ -43,14 +43,18 @@ go on, and join once the last has left.
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import KafkaError
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from outbox.config import KAFKA_LOGGER_NAME
+from outbox.errors import DuplicateInstanceError
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +67,11 @@ ASSIGNMENT_STRATEGY = "range"
 REFUSAL_LOG_SECONDS = 60.0
 REFUSAL_FRESH_SECONDS = 10.0
 """librdkafka repeats a refused join every 2 s: a refusal this recent means it goes on."""
+
+
+def process_instance_id() -> str:
+    """An id for a replica with no stable one: unique to this process (host, pid, random)."""
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
 def group_consumer_config(
@@ -86,6 +95,44 @@ def group_consumer_config(
         config["group.instance.id"] = instance
     config["logger"] = SessionLog(client_config.get("logger"))
     return config
+
+
+Rebalance = Callable[[Consumer, list[TopicPartition]], None]
+
+
+def group_member(
+    config: dict[str, Any], topic: str, on_assign: Rebalance, on_revoke: Rebalance
+) -> tuple[Consumer, SessionLog]:
+    """A consumer of ``config`` (:func:`group_consumer_config`) subscribed to ``topic``, and
+    its session log. Eager assignments: a lost one is handled as a revocation."""
+    consumer = Consumer(config)
+    consumer.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_revoke)
+    return consumer, config["logger"]
+
+
+def must_rejoin(
+    error: KafkaError,
+    instance: str | None,
+    session_log: SessionLog,
+    fences: Fences,
+    role: str,
+    group: str,
+) -> bool:
+    """Whether ``error`` fenced this static member, which must join again with a fresh
+    consumer (said in one warning naming ``role``). Fenced too often when its own session
+    had not timed out, another replica has its id: DuplicateInstanceError."""
+    if instance is None or not is_instance_fenced(error):
+        return False
+    own = session_log.timed_out_lately()  # its own rejoin's fence: no twin
+    if not own and fences.too_many():
+        raise DuplicateInstanceError(instance, group)
+    log.warning(
+        "%s fenced%s (%s): joining again with a fresh one",
+        role,
+        " after its session timed out" if own else "",
+        error.str(),
+    )
+    return True
 
 
 class SessionLog(logging.Logger):

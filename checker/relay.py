@@ -59,7 +59,8 @@ from outbox_checker.membership import (
     Fences,
     JoinRefusals,
     group_consumer_config,
-    is_instance_fenced,
+    group_member,
+    must_rejoin,
 )
 from outbox_checker.settings import CHECKER_DEFAULTS, CheckerSettings
 from outbox_checker.silence import SilenceWatch, close_in_background
@@ -256,6 +257,9 @@ class Relay:
         self._catalog = TopicCatalog(self._admin, settings.timeout, principal_of(client_config))
         self._limits = SizeLimits(self._catalog, self._producer_config)
         self._producer = self._new_producer()
+        self._renew_producer = False
+        """Start the next transaction on a fresh producer: set after a failed batch and a
+        revoked or lost assignment (see :meth:`_fresh_producer`)."""
         self._group_id = group_id
         self._silence = SilenceWatch(settings.silence_seconds)
         self._consumer = self._new_consumer()
@@ -279,6 +283,7 @@ class Relay:
                 self._stopping.set()
                 return
             except (KafkaException, KafkaUnavailableError, NotAuthorizedError) as exc:
+                self._renew_producer = True
                 problem = self._refusal(exc.args[0]) if isinstance(exc, KafkaException) else None
                 _log_failed_batch(problem or exc, backoff)
             except Exception:  # a thread that died would stop publication in silence
@@ -349,13 +354,8 @@ class Relay:
             self._instance_id,
             self._settings.session_timeout_ms,
         )
-        self._session_log = config["logger"]
-        consumer = Consumer(config)
-        consumer.subscribe(
-            [self._topics.op],
-            on_assign=self._on_assign,
-            on_revoke=self._on_revoke,
-            on_lost=self._on_revoke,
+        consumer, self._session_log = group_member(
+            config, self._topics.op, self._on_assign, self._on_revoke
         )
         return consumer
 
@@ -379,6 +379,7 @@ class Relay:
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if consumer is not self._consumer:
             return
+        self._renew_producer = True  # lost in an outage, maybe: see _fresh_producer
         for tp in partitions:
             self._shelve(tp.partition)
             self._halves.forget(tp.partition)
@@ -499,6 +500,7 @@ class Relay:
             self._in_transaction = False
             try:
                 self._producer = self._new_producer()
+                self._renew_producer = False
             except KafkaUnavailableError as again:
                 log.warning("relay producer not ready yet: %s", again)
                 return
@@ -527,6 +529,22 @@ class Relay:
             resumed = True
         if resumed:  # as after an assignment: the seeks' first fetch is still to come
             self._silence.heard()
+
+    def _fresh_producer(self) -> None:
+        """A fresh producer for the transaction after a failure or a lost assignment.
+
+        After an outage librdkafka can keep a decommissioned broker as the producer's
+        group coordinator (a broker missing from one metadata answer, as a restarted one
+        is until it has registered: confluentinc/librdkafka#5511), and
+        ``send_offsets_to_transaction`` then waits for it past any timeout, until the
+        transaction deadline abandons it (5 s of publication). A new producer looks the
+        coordinator up again; its ``init_transactions`` also fences the old one's open
+        transaction. Raises KafkaUnavailableError while Kafka cannot start one (the batch
+        is read again).
+        """
+        if self._renew_producer:
+            self._producer = self._new_producer()
+            self._renew_producer = False
 
     def _new_producer(self) -> Producer:
         producer = Producer(self._producer_config)
@@ -600,6 +618,7 @@ class Relay:
     def _replace_consumer(self) -> None:
         """Join the group again with a fresh consumer; it resumes from the committed offsets."""
         old, self._consumer = self._consumer, self._new_consumer()
+        self._renew_producer = True
         for partition in list(self._memories):
             self._halves.forget(partition)
             self._shelve(partition)
@@ -703,6 +722,7 @@ class Relay:
 
     def _commit_batch(self, outgoing: list[OutgoingRecord], next_offsets: dict[int, int]) -> None:
         """Write ``outgoing`` and commit the op offsets with the memories, in one transaction."""
+        self._fresh_producer()
         self._dirty.update(next_offsets)  # shrunk below: the committed memory only if it commits
         self._batch_topics = sorted({record.topic for record in outgoing})
         offsets = []
@@ -914,15 +934,8 @@ class Relay:
         error = message.error()
         if error is None:
             return True
-        if self._instance_id is not None and is_instance_fenced(error):
-            own = self._session_log.timed_out_lately()  # its own rejoin's fence: no twin
-            if not own and self._fences.too_many():
-                raise DuplicateInstanceError(self._instance_id, f"relay group {self._group_id!r}")
-            log.warning(
-                "relay consumer fenced%s (%s): joining again with a fresh one",
-                " after its session timed out" if own else "",
-                error.str(),
-            )
+        group, session = f"relay group {self._group_id!r}", self._session_log
+        if must_rejoin(error, self._instance_id, session, self._fences, "relay consumer", group):
             self._replace_consumer()
             return False
         if self._refusals.explains(error):

@@ -12,64 +12,47 @@ from __future__ import annotations
 
 import gc
 import logging
-import os
 import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from outbox_checker import metrics
+from outbox_checker.check_topics import CheckTopics
+from outbox_checker.checkpoints import Checkpoint, CheckpointLoader
 from outbox_checker.ended import EndedTransactions
 from outbox_checker.kafka_reader import KafkaPartitionReader, TopicCursor
-from outbox_checker.membership import (
-    Fences,
-    JoinRefusals,
-    group_consumer_config,
-    is_instance_fenced,
-)
+from outbox_checker.membership import process_instance_id
+from outbox_checker.ownership import HalfOwnership
 from outbox_checker.parked import DrainReport, ParkedDrain
 from outbox_checker.relay import Relay, RelaySettings, relay_group, relay_transactional_id
 from outbox_checker.round_writer import (
     FencedError,
     PendingChunk,
     RoundWriter,
-    decode_checkpoint,
 )
 from outbox_checker.rules import RoundChunk, RoundRules, iter_round
 from outbox_checker.settings import CheckerSettings
-from outbox_checker.silence import close_in_background
 from sqlalchemy.exc import SQLAlchemyError
 from tenacity import Retrying, retry_if_exception_type, wait_exponential
 
-from outbox.access import connect, is_authorization_failure
-from outbox.admin import TopicSpec, ensure_topics
+from outbox.access import connect
 from outbox.durations import format_duration
 from outbox.errors import (
     ConnectionSecurityError,
-    DuplicateInstanceError,
     KafkaUnavailableError,
-    NotAuthorizedError,
     OutboxError,
-    TopicAdminError,
 )
 from outbox.protocol import HalfRecord, OutgoingRecord
-from outbox.reading import watermarks
 from outbox.topic_catalog import TopicCatalog
 
 log = logging.getLogger(__name__)
 
 Resolver = Callable[[HalfRecord, int, int], list[OutgoingRecord]]
-
-
-@dataclass
-class Checkpoint:
-    half: int
-    op: int
 
 
 @dataclass
@@ -115,10 +98,7 @@ class Checker:
         """When the parked sends were last looked for (the checker's clock)."""
         self._rules = RoundRules.from_settings(settings)
         self._ended = EndedTransactions(settings.ended_cache_size)
-        self._owned: dict[int, Checkpoint | None] = {}
-        self._assignment_lock = threading.Lock()
         self._stopping = threading.Event()
-        self.assigned = threading.Event()
         self.last_round_at: float | None = None
         self.early_round_at: float | None = None
         """When the last round's stop comes due, if before the next interval's round."""
@@ -127,15 +107,21 @@ class Checker:
         client = settings.client_config()
         self._admin = wait_for_cluster(client, settings)
         self._static_id = settings.stable_instance_id
-        """Its id if it survives restarts: then a static member (:mod:`checker.membership`)."""
-        instance = self._static_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        self._instance = instance
-        self._fences = Fences()
-        self._refusals = JoinRefusals(settings.group_id)
-        self._consumer = self._new_consumer()
-        self._check_topics_known: set[str] = set()
+        """Its id if it survives restarts: then a static member (:mod:`.membership`)."""
+        self._instance = instance = self._static_id or process_instance_id()
+        self._ownership = HalfOwnership(settings, self._static_id)
+        self.assigned = self._ownership.assigned
+        self._check_topics = CheckTopics(self._admin, self.topics)
         self._halves = TopicCursor(client, self.topics.half)
         self._ops = TopicCursor(client, self.topics.op)
+        self._checkpoints = CheckpointLoader(
+            lambda: self._ownership.consumer,
+            self.topics,
+            self._halves,
+            self._reader,
+            self._ended,
+            settings.op_history_margin_seconds,
+        )
         self.relay: Relay | None = None
         self._writer = RoundWriter(
             client,
@@ -148,49 +134,11 @@ class Checker:
 
     # ----------------------------------------------------------- membership
 
-    def _new_consumer(self) -> Consumer:
-        """The rounds' group member: it owns half partitions, the rounds read them."""
-        config = group_consumer_config(
-            self.settings.client_config(),
-            self.settings.group_id,
-            self._static_id,
-            self.settings.session_timeout_ms,
-        )
-        self._session_log = config["logger"]
-        consumer = Consumer({**config, "max.poll.interval.ms": 600_000})
-        consumer.subscribe(
-            [self.topics.half],
-            on_assign=self._on_assign,
-            on_revoke=self._on_revoke,
-            on_lost=self._on_revoke,
-        )
-        return consumer
-
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        if consumer is not self._consumer:
-            return  # a replaced consumer's last word
-        consumer.assign(partitions)  # eager: the whole assignment
-        consumer.pause(partitions)  # membership only: the rounds read with their own cursors
-        with self._assignment_lock:
-            for tp in partitions:
-                self._owned[tp.partition] = None  # checkpoint loaded at its first round
-        log.info("assigned half partitions %s", sorted(tp.partition for tp in partitions))
-        self.assigned.set()
-
-    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        if consumer is not self._consumer:
-            return
-        with self._assignment_lock:
-            for tp in partitions:
-                self._owned.pop(tp.partition, None)
-        consumer.unassign()  # eager: everything goes back
-        log.info("revoked half partitions %s", sorted(tp.partition for tp in partitions))
-
     def is_ready(self) -> bool:
         """Joined the group (or waits for older replicas to leave it, :class:`JoinRefusals`),
         every owned partition has had a round, and rounds still complete."""
         return (
-            (self.assigned.is_set() or self._refusals.refusing())
+            (self.assigned.is_set() or self._ownership.refusals.refusing())
             and (self.last_round_at is not None or not self.owned_partitions())
             and self.is_healthy()
         )
@@ -213,42 +161,14 @@ class Checker:
         return rounds_complete and relay_alive
 
     def owned_partitions(self) -> list[int]:
-        with self._assignment_lock:
-            return sorted(self._owned)
+        return self._ownership.partitions()
 
     def poll_membership(self, timeout: float = 0.0) -> None:
-        """Serve rebalances (and keep the group session alive).
-
-        A refusal by the authoriser ends the replica: without its group or the
-        half topic it would wait for partitions forever.
-        """
+        """Serve rebalances (and keep the group session alive, :class:`HalfOwnership`);
+        a relay that failed for good ends the replica here, in its loop's thread."""
         if self.relay is not None and self.relay.failure is not None:
             raise self.relay.failure
-        message = self._consumer.poll(timeout)
-        error = message.error() if message is not None else None
-        if error is not None and self._static_id is not None and is_instance_fenced(error):
-            own = self._session_log.timed_out_lately()  # its own rejoin's fence: no twin
-            if not own and self._fences.too_many():
-                raise DuplicateInstanceError(self._static_id, f"group {self.settings.group_id!r}")
-            log.warning(
-                "group consumer fenced%s (%s): joining again with a fresh one",
-                " after its session timed out" if own else "",
-                error.str(),
-            )
-            old, self._consumer = self._consumer, self._new_consumer()
-            with self._assignment_lock:
-                self._owned.clear()
-            close_in_background(old)
-        if error is not None and self._refusals.explains(error):
-            return
-        if error is not None and is_authorization_failure(error):
-            settings = self.settings
-            resource = (
-                f"group {settings.group_id!r}"
-                if error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED
-                else f"topic {self.topics.half!r}"
-            )
-            raise NotAuthorizedError("READ", resource, settings.principal)
+        self._ownership.poll(timeout)
 
     # ----------------------------------------------------------- rounds
 
@@ -314,17 +234,15 @@ class Checker:
         """
         if self._drain is None:
             return []
-        reports = []
-        for partition in self._drain.waiting(self.owned_partitions()):
-            reports.append(
-                self._drain.drain(
-                    partition,
-                    lambda p=partition: self._watermarks(self.topics.half, p)[1],
-                    self._reader(partition).halves,
-                    self._write_drained,
-                )
+        return [
+            self._drain.drain(
+                partition,
+                lambda p=partition: self._checkpoints.watermarks(self.topics.half, p)[1],
+                self._reader(partition).halves,
+                self._write_drained,
             )
-        return reports
+            for partition in self._drain.waiting(self.owned_partitions())
+        ]
 
     def _write_drained(self, partition: int, halves: list[HalfRecord]) -> list[tuple[str, int]]:
         checkpoint = self._checkpoint(partition)
@@ -389,7 +307,7 @@ class Checker:
             self._writer.close,
             self._halves.close,
             self._ops.close,
-            self._consumer.close,
+            self._ownership.consumer.close,
         ):
             try:
                 closer()
@@ -432,7 +350,7 @@ class Checker:
         report = PartitionReport(
             partition, half_checkpoint=checkpoint.half, op_checkpoint=checkpoint.op
         )
-        half_end = self._end_offset(self.topics.half, partition)
+        half_end = self._checkpoints.end_offset(self.topics.half, partition)
         if half_end is not None:  # before the reading, so a failing round still shows growth
             metrics.CHECKPOINT_LAG.labels(str(partition)).set(max(0, half_end - checkpoint.half))
         chunks = iter_round(
@@ -462,7 +380,7 @@ class Checker:
                         "partition %d revoked mid-round; leaving it to its new owner", partition
                     )
                     break
-                self._ensure_check_topics({e.half.producer_group for e in chunk.to_check if e.half})
+                self._check_topics.ensure({e.half.producer_group for e in chunk.to_check if e.half})
                 if chunk.decisions or (chunk.half_checkpoint, chunk.op_checkpoint) != (
                     checkpoint.half,
                     checkpoint.op,
@@ -514,9 +432,7 @@ class Checker:
             # checkpoint (the next round reloads what Kafka committed) and
             # serve the group so a pending rebalance completes.
             log.warning("fenced on partition %d, retrying next round: %s", partition, exc)
-            with self._assignment_lock:
-                if partition in self._owned:
-                    self._owned[partition] = None
+            self._ownership.remember(partition, None)
             self.poll_membership()
             return None
         report.checks_sent += written.checks_sent
@@ -527,9 +443,7 @@ class Checker:
         for reason, count in written.discards.items():
             metrics.DISCARDS.labels(reason).inc(count)
         checkpoint = Checkpoint(chunk.half_checkpoint, chunk.op_checkpoint)
-        with self._assignment_lock:
-            if partition in self._owned:
-                self._owned[partition] = checkpoint
+        self._ownership.remember(partition, checkpoint)
         self._count_chunk(partition, report, chunk)
         return checkpoint
 
@@ -544,128 +458,22 @@ class Checker:
 
     def _group_metadata(self) -> object:
         """The group generation this replica knows; a chunk committed with a stale one is fenced."""
-        return self._consumer.consumer_group_metadata()
-
-    def _ensure_check_topics(self, groups: set[str]) -> None:
-        """A group whose producers never ran has no check topic yet; the checker makes it."""
-        missing = groups - self._check_topics_known
-        if not missing:
-            return
-        partitions = max(
-            1,
-            len(
-                self._consumer.list_topics(self.topics.half, timeout=30)
-                .topics[self.topics.half]
-                .partitions
-            ),
-        )
-        specs = [TopicSpec(self.topics.check(g), partitions) for g in sorted(missing)]
-        try:
-            ensure_topics(self._admin, specs)
-        except TopicAdminError as exc:
-            raise KafkaUnavailableError(f"cannot create check topics: {exc}") from None
-        self._check_topics_known |= missing
+        return self._ownership.group_metadata()
 
     # ----------------------------------------------------------- checkpoints
 
     def _checkpoint(self, partition: int) -> Checkpoint:
-        with self._assignment_lock:
-            known = self._owned.get(partition)
+        known = self._ownership.known_checkpoint(partition)
         if known is not None:
             return known
-        checkpoint = self._load_checkpoint(partition)
-        with self._assignment_lock:
-            if partition in self._owned:
-                self._owned[partition] = checkpoint
+        checkpoint = self._checkpoints.load(partition)
+        self._ownership.remember(partition, checkpoint)
         return checkpoint
-
-    def _load_checkpoint(self, partition: int) -> Checkpoint:
-        """The committed checkpoints, clamped to what retention left; rebuild ended ids."""
-        try:
-            (committed,) = self._consumer.committed(
-                [TopicPartition(self.topics.half, partition)], timeout=30
-            )
-        except KafkaException as exc:
-            raise KafkaUnavailableError(f"reading checkpoints: {exc}") from None
-        half_low = self._low_offset(self.topics.half, partition)
-        op_low = self._low_offset(self.topics.op, partition)
-        if committed.offset == OFFSET_INVALID or committed.offset < 0:
-            log.info("partition %d has no checkpoint: starting at the beginning", partition)
-            return Checkpoint(half_low, op_low)
-        op = decode_checkpoint(committed.metadata)
-        if committed.offset < half_low:
-            self._report_lost_to_retention(partition, committed.offset, half_low)
-        checkpoint = Checkpoint(max(committed.offset, half_low), max(op or op_low, op_low))
-        self._rebuild_ended(partition, checkpoint)
-        return checkpoint
-
-    def _report_lost_to_retention(self, partition: int, checkpoint: int, low: int) -> None:
-        """Halves deleted before any round read them were never checked: say so loudly."""
-        lost = low - checkpoint
-        metrics.HALVES_LOST_TO_RETENTION.labels(str(partition)).inc(lost)
-        log.error(
-            "half partition %d: %d half records (offsets %d..%d) were deleted by retention "
-            "before the checker read them; any without a decision is lost: keep the checker "
-            "running, or raise the half topic's retention.ms above the longest outage",
-            partition,
-            lost,
-            checkpoint,
-            low - 1,
-        )
-
-    def _rebuild_ended(self, partition: int, checkpoint: Checkpoint) -> None:
-        """Re-read recent op history, so copies of ended transactions stay skipped."""
-        first = self._halves.read(partition, checkpoint.half, 1)
-        if not first or first[0].timestamp_ms is None:
-            return
-        since_ms = first[0].timestamp_ms - int(self.settings.op_history_margin_seconds * 1000)
-        start = self._offset_for_time(self.topics.op, partition, since_ms)
-        reader = self._reader(partition)
-        count = 0
-        while start < checkpoint.op:
-            entries = reader.ops(start, 500)
-            if not entries:
-                break
-            for entry in entries:
-                if entry.offset >= checkpoint.op:
-                    break
-                if entry.op is not None:
-                    self._ended.add((entry.op.half_partition, entry.op.identity))
-                    count += 1
-            start = entries[-1].offset + 1
-        log.info("partition %d: %d ended halves rebuilt from op history", partition, count)
 
     def _reader(self, partition: int) -> KafkaPartitionReader:
         return KafkaPartitionReader(
             self._halves, self._ops, partition, self.settings.client_config(), self.topics
         )
-
-    def _low_offset(self, topic: str, partition: int) -> int:
-        low, _ = self._watermarks(topic, partition)
-        return low
-
-    def _end_offset(self, topic: str, partition: int) -> int | None:
-        try:
-            return self._watermarks(topic, partition)[1]
-        except KafkaUnavailableError:
-            return None
-
-    def _watermarks(self, topic: str, partition: int) -> tuple[int, int]:
-        try:
-            return watermarks(self._consumer, TopicPartition(topic, partition), timeout=30)
-        except KafkaException as exc:
-            raise KafkaUnavailableError(f"watermarks of {topic}[{partition}]: {exc}") from None
-
-    def _offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int:
-        try:
-            (found,) = self._consumer.offsets_for_times(
-                [TopicPartition(topic, partition, max(0, timestamp_ms))], timeout=30
-            )
-        except KafkaException as exc:
-            raise KafkaUnavailableError(f"offsets for time in {topic}: {exc}") from None
-        if found.offset < 0:  # nothing that recent: nothing to rebuild
-            return self._watermarks(topic, partition)[1]
-        return int(found.offset)
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)

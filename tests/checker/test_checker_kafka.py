@@ -182,7 +182,7 @@ def test_a_fenced_chunk_leaves_the_partition_owned_and_checked_next_round(outbox
     # half young in both rounds (no chunk to fence, none to check: 0 == 1 in 6.9 s).
     clock = SkewedClock(60)
     with running_checker(outbox_topics, clock) as checker:
-        stale = checker._consumer.consumer_group_metadata()
+        stale = checker._group_metadata()
         visitor = Consumer(
             {**outbox_topics.client_config, "group.id": checker.settings.group_id,
              "partition.assignment.strategy": ASSIGNMENT_STRATEGY}
@@ -304,7 +304,7 @@ def test_halves_deleted_by_retention_before_the_checker_read_them_are_reported_l
 
     before = lost()
     with (
-        caplog.at_level("ERROR", logger="outbox_checker.service"),
+        caplog.at_level("ERROR", logger="outbox_checker.checkpoints"),
         running_checker(t, SkewedClock()) as checker,
     ):
         checker.run_round()

@@ -252,3 +252,44 @@ def test_a_chunk_caught_by_a_broker_restart_is_over_soon_after_the_broker_return
         took = time.monotonic() - back
     assert outcome, "the round never ended"
     assert took <= CHUNK_AFTER_RETURN_SECONDS, f"the chunk ended {took:.0f}s after the return"
+
+
+RELAY_BACK_SECONDS = 5.0
+"""How soon after the broker's return a commit written then must be published: the relay
+rejoins at once (a static member) and its first transaction must not wait out a hang."""
+
+
+def test_the_relay_publishes_soon_after_an_outage_longer_than_its_session(own_kafka_broker, caplog):
+    """librdkafka keeps a decommissioned broker as a producer's group coordinator after an
+    outage (confluentinc/librdkafka#5511): the relay's first ``send_offsets_to_transaction``
+    then waits until its deadline abandons it (5 s). Its first transaction after a failure or
+    a lost assignment must run on a fresh producer instead."""
+    from tests.checker.test_relay_recovery import commit_in_every_partition, published
+
+    timeouts = {"session.timeout.ms": "6000", "heartbeat.interval.ms": "1000"}
+    with (
+        caplog.at_level("INFO", logger="outbox_checker.relay"),
+        _running_checker(
+            own_kafka_broker,
+            f"relayback{uuid.uuid4().hex[:6]}",
+            kafka_properties=timeouts,
+            instance_id="relay-back",
+        ) as running,
+    ):
+        topics = running.topics
+        warm = commit_in_every_partition(topics, "warm")
+        wait_for(lambda: warm <= published(topics), 90, "the relay to publish")
+        own_kafka_broker.stop()
+        time.sleep(10)  # past the session: the relay loses its assignment
+        own_kafka_broker.start()
+        back = time.monotonic()
+        after = commit_in_every_partition(topics, "after")
+        wait_for(lambda: after <= published(topics), 60, "the commits written after the return")
+        took = time.monotonic() - back
+    stuck = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "outbox_checker.relay" and "stuck in" in r.getMessage()
+    ]
+    assert not stuck, f"a relay transaction hung after the outage: {stuck}"
+    assert took < RELAY_BACK_SECONDS, f"published {took:.1f}s after the broker's return"

@@ -827,7 +827,7 @@ def test_the_relays_callbacks_ask_its_group_consumer_nothing_that_can_end_its_ca
     offset = write_half(t, half)
     decide(t, half, offset, COMMIT)
     CallbackWatch.made.clear()
-    monkeypatch.setattr("outbox_checker.relay.Consumer", CallbackWatch)
+    monkeypatch.setattr("outbox_checker.membership.Consumer", CallbackWatch)  # group_member
     for _ in range(2):  # the second restore re-reads the op history the first relayed
         with relay_of(t) as relay:
             drain(relay)

@@ -7,23 +7,23 @@ the writer builds, in one :class:`~tests.model.kafka_lists.Transaction`. It can
 be told to fail (a Kafka error the writer recovers from) or to die (the process
 goes; its open transaction is aborted when the next writer fences it).
 
-:class:`CheckerProcess` is the state one checker process keeps, with the
-methods of :class:`~checker.service.Checker` that load a checkpoint and rebuild
-the ended set bound to it: a restart is a new process, run by the real code.
+:class:`CheckerProcess` is the state one checker process keeps, with the real
+:class:`~outbox_checker.checkpoints.CheckpointLoader` that loads a checkpoint and
+rebuilds the ended set over the model's partitions: a restart is a new process, run
+by the real code.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import OFFSET_INVALID, KafkaError, KafkaException, TopicPartition
+from outbox_checker.checkpoints import Checkpoint, CheckpointLoader
 from outbox_checker.ended import EndedTransactions
 from outbox_checker.round_writer import decode_checkpoint
 from outbox_checker.rules import HalfEntry, OpEntry
-from outbox_checker.service import Checker, Checkpoint
 
 from outbox.protocol import OutgoingRecord, RawRecord, TopicNames
 from outbox.topic_catalog import TopicFacts
@@ -186,11 +186,6 @@ class ModelReader:
         return self._cluster.half.end
 
 
-@dataclass
-class _Settings:
-    op_history_margin_seconds: float
-
-
 class _GroupConsumer:
     """What the checker asks of its group consumer when it loads a checkpoint."""
 
@@ -230,34 +225,30 @@ class _HalfCursor:
 
 
 class CheckerProcess:
-    """One checker process owning the model's partition: its memory, and the real loaders."""
-
-    _checkpoint = Checker._checkpoint
-    _load_checkpoint = Checker._load_checkpoint
-    _rebuild_ended = Checker._rebuild_ended
-    _offset_for_time = Checker._offset_for_time
-    _low_offset = Checker._low_offset
-    _watermarks = Checker._watermarks
+    """One checker process owning the model's partition: its memory, and the real loader."""
 
     def __init__(self, cluster: Cluster, ended_capacity: int, margin_seconds: float) -> None:
         self.topics = cluster.topics
-        self.settings = _Settings(margin_seconds)
         self._ended = EndedTransactions(ended_capacity)
-        self._owned: dict[int, Checkpoint | None] = {0: None}
-        self._assignment_lock = threading.Lock()
-        self._consumer = _GroupConsumer(cluster)
-        self._halves = _HalfCursor(cluster)
-        self._cluster = cluster
-
-    def _reader(self, partition: int) -> ModelReader:
-        return ModelReader(self._cluster)
+        self._checkpoint: Checkpoint | None = None
+        consumer = _GroupConsumer(cluster)
+        self._loader = CheckpointLoader(
+            lambda: consumer,
+            cluster.topics,
+            _HalfCursor(cluster),
+            lambda partition: ModelReader(cluster),
+            self._ended,
+            margin_seconds,
+        )
 
     def checkpoint(self) -> Checkpoint:
         """The checkpoint a round starts from: remembered, or loaded as the service does."""
-        return self._checkpoint(0)
+        if self._checkpoint is None:
+            self._checkpoint = self._loader.load(0)
+        return self._checkpoint
 
     def remember(self, checkpoint: Checkpoint) -> None:
-        self._owned[0] = checkpoint
+        self._checkpoint = checkpoint
 
     @property
     def ended(self) -> EndedTransactions:

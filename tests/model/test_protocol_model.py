@@ -44,11 +44,11 @@ from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from outbox_checker.checkpoints import Checkpoint
 from outbox_checker.decision_memory import DecisionMemory, SharedScan
 from outbox_checker.discard import _plan, discards_of
 from outbox_checker.round_writer import RoundWriter
 from outbox_checker.rules import RoundChunk, RoundRules, StopReason, iter_round
-from outbox_checker.service import Checkpoint
 from sqlalchemy.orm import sessionmaker
 from sqlalchemy.pool import StaticPool
 
