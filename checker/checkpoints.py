@@ -19,11 +19,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from confluent_kafka import OFFSET_INVALID, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_INVALID, KafkaError, KafkaException, TopicPartition
 from outbox_checker import metrics
 from outbox_checker.ended import EndedTransactions
 from outbox_checker.round_writer import decode_checkpoint
 from outbox_checker.rules import OpEntry
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_fixed
 
 from outbox.errors import KafkaUnavailableError
 from outbox.protocol import RawRecord, TopicNames
@@ -33,6 +34,21 @@ log = logging.getLogger(__name__)
 
 HISTORY_BATCH = 500
 """Op records read at a time while the ended transactions are rebuilt."""
+RETRIABLE_ATTEMPTS = 10
+RETRIABLE_PAUSE_SECONDS = 0.5
+"""A passing refusal is asked again this often, this far apart (4.5 s in all): a stale
+leader epoch took 3.7 s to clear after a broker's restart (librdkafka refreshes the
+metadata itself)."""
+PASSING_REFUSALS = frozenset(
+    {
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+    }
+)
+"""Refusals of a client whose metadata is behind the cluster's: librdkafka does not call
+FENCED_LEADER_EPOCH retriable, but it passes once the metadata is refreshed."""
 
 
 @dataclass
@@ -150,15 +166,30 @@ class CheckpointLoader:
             raise KafkaUnavailableError(f"watermarks of {topic}[{partition}]: {exc}") from None
 
     def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int:
+        """The first offset at or after ``timestamp_ms``. A retriable refusal is asked again
+        a few times: right after a broker's restart the consumer's leader epoch is stale
+        for a moment (FENCED_LEADER_EPOCH), and failing would cost the caller its turn (a
+        round backs off; the parked sends' drain waits for the next one)."""
+        asked = [TopicPartition(topic, partition, max(0, timestamp_ms))]
         try:
-            (found,) = self._consumer().offsets_for_times(
-                [TopicPartition(topic, partition, max(0, timestamp_ms))], timeout=30
-            )
+            (found,) = Retrying(
+                retry=retry_if_exception(_retriable),
+                stop=stop_after_attempt(RETRIABLE_ATTEMPTS),
+                wait=wait_fixed(RETRIABLE_PAUSE_SECONDS),
+                reraise=True,
+            )(self._consumer().offsets_for_times, asked, timeout=30)
         except KafkaException as exc:
             raise KafkaUnavailableError(f"offsets for time in {topic}: {exc}") from None
         if found.offset < 0:  # nothing that recent: nothing to rebuild
             return self.watermarks(topic, partition)[1]
         return int(found.offset)
+
+
+def _retriable(exc: BaseException) -> bool:
+    if not isinstance(exc, KafkaException) or not exc.args:
+        return False
+    error = exc.args[0]
+    return bool(error.retriable() or error.code() in PASSING_REFUSALS)
 
 
 def _report_lost_to_retention(partition: int, checkpoint: int, low: int) -> None:

@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC
+from enum import Enum
 from typing import Any
 
 import sqlalchemy as sa
@@ -69,6 +70,32 @@ class DrainReport:
     recovered: int = 0
     """Rows whose half an earlier, interrupted drain had written already: confirmed only."""
     unreadable: int = 0
+
+
+class DrainTrigger(Enum):
+    INTERVAL = "interval"
+    ASSIGNED = "assigned"
+    """The replica's half partitions changed: after an outage, its assignment came back."""
+
+
+@dataclass
+class DrainSchedule:
+    """When the checker's loop looks for parked sends: every ``interval_seconds``, and at
+    once when its half partitions changed. After an outage a replica gets its partitions
+    back with a round due, which can take seconds on the backlog the outage left; the
+    parked sends of those partitions are published first."""
+
+    interval_seconds: float
+    last_at: float | None = None
+    last_partitions: tuple[int, ...] = ()
+
+    def due(self, now: float, partitions: Sequence[int]) -> DrainTrigger | None:
+        owned = tuple(sorted(partitions))
+        changed = owned != self.last_partitions
+        if not changed and self.last_at is not None and now - self.last_at < self.interval_seconds:
+            return None
+        self.last_at, self.last_partitions = now, owned
+        return DrainTrigger.ASSIGNED if changed and owned else DrainTrigger.INTERVAL
 
 
 WriteHalves = Callable[[int, list[HalfRecord]], list[tuple[str, int]]]

@@ -28,7 +28,7 @@ from outbox_checker.ended import EndedTransactions
 from outbox_checker.kafka_reader import KafkaPartitionReader, TopicCursor
 from outbox_checker.membership import process_instance_id
 from outbox_checker.ownership import HalfOwnership
-from outbox_checker.parked import DrainReport, ParkedDrain
+from outbox_checker.parked import DrainReport, DrainSchedule, DrainTrigger, ParkedDrain
 from outbox_checker.relay import Relay, RelaySettings, relay_group, relay_transactional_id
 from outbox_checker.round_writer import (
     FencedError,
@@ -94,8 +94,7 @@ class Checker:
         self._clock = clock
         self._resolver = resolver or _database_resolver(settings, clock)
         self._drain = _parked_drain(settings, clock)
-        self.drained_at: float | None = None
-        """When the parked sends were last looked for (the checker's clock)."""
+        self._drain_schedule = DrainSchedule(settings.drain_interval_seconds)
         self._rules = RoundRules.from_settings(settings)
         self._ended = EndedTransactions(settings.ended_cache_size)
         self._stopping = threading.Event()
@@ -211,14 +210,14 @@ class Checker:
             self.close()
 
     def _drain_when_due(self) -> None:
-        """Publish parked sends every ``drain_interval_seconds``; a failure waits for the next."""
-        now = self._clock()
-        if self._drain is None or (
-            self.drained_at is not None
-            and now - self.drained_at < self.settings.drain_interval_seconds
-        ):
+        """Publish parked sends when :class:`DrainSchedule` says; a failure waits for the next."""
+        if self._drain is None:
             return
-        self.drained_at = now
+        trigger = self._drain_schedule.due(self._clock(), self.owned_partitions())
+        if trigger is None:
+            return
+        if trigger is DrainTrigger.ASSIGNED:  # after an outage, maybe: as a round does
+            self._writer.renew_for_round()
         try:
             self.drain_parked()
         except (KafkaUnavailableError, KafkaException, FencedError, OutboxError) as exc:
