@@ -257,6 +257,8 @@ class Relay:
         self._catalog = TopicCatalog(self._admin, settings.timeout, principal_of(client_config))
         self._limits = SizeLimits(self._catalog, self._producer_config)
         self._producer = self._new_producer()
+        self._aside_since: float | None = None
+        """Since when partitions stand aside unresumed (see :meth:`_resume`)."""
         self._renew_producer = False
         """Start the next transaction on a fresh producer: set after a failed batch and a
         revoked or lost assignment (see :meth:`_fresh_producer`)."""
@@ -510,6 +512,8 @@ class Relay:
         """Relay nothing of ``partition`` until :meth:`_resume` puts it back."""
         self._shelve(partition)
         self._unrestored.add(partition)
+        if self._aside_since is None:
+            self._aside_since = time.monotonic()
 
     def _resume(self) -> None:
         """Put each partition standing aside back at its committed offset, where it can be read."""
@@ -529,6 +533,32 @@ class Relay:
             resumed = True
         if resumed:  # as after an assignment: the seeks' first fetch is still to come
             self._silence.heard()
+        self._replace_if_stuck_aside(time.monotonic())
+
+    def _replace_if_stuck_aside(self, now: float) -> None:
+        """Partitions that cannot be put back for ``silence_seconds``: a fresh consumer.
+
+        After a lost session a consumer can be left with op partitions it cannot seek
+        ("Erroneous state": its assignment's offset fetch failed) or whose committed
+        offsets never come (each ask times out): standing aside for good, their commits
+        would never be published. The group hands them to the new consumer, which
+        restores them from the committed offsets, as after a silent one (:meth:`_idle`).
+        """
+        if not self._unrestored:
+            self._aside_since = None
+            return
+        if self._aside_since is None:
+            self._aside_since = now
+            return
+        if now - self._aside_since < self._settings.silence_seconds:
+            return
+        log.warning(
+            "relay cannot put op partitions %s back (%.0fs): replacing its consumer",
+            sorted(self._unrestored),
+            now - self._aside_since,
+        )
+        self._aside_since = None
+        self._replace_consumer()
 
     def _fresh_producer(self) -> None:
         """A fresh producer for the transaction after a failure or a lost assignment.

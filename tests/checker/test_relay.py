@@ -896,3 +896,28 @@ def test_a_batch_of_new_halves_on_several_partitions_asks_their_ends_together(
             relay.pump(0.5)
     assert published(t) == Counter({half.transaction_id: 1 for half in halves})
     assert asked_alone == [], f"half partitions {asked_alone} were asked one at a time"
+
+
+def test_a_relay_that_cannot_put_its_partitions_back_reads_on_with_a_fresh_consumer(
+    outbox_topics: OutboxTopics,
+):
+    """After a lost session, a consumer can be left with op partitions it cannot seek
+    (librdkafka: "Erroneous state", its assignment's offset fetch failed) or whose
+    committed offsets never come ("Timed out", every 30 s): the relay stood them aside for
+    good, and their commits were never published (the parking bench: 106 and 548 of them,
+    for minutes). Past ``silence_seconds`` it takes a fresh consumer, as for a silent one."""
+    t = outbox_topics
+    with relay_of(t, silence_seconds=1.0) as relay:
+        stuck = relay._consumer
+        stuck.unassign()  # what the failed assignment left: every seek refused
+        for partition in relay.partitions:
+            relay._stand_aside(partition)
+        half = pending_half(t, "after-the-stand-aside")
+        decide(t, half, write_half(t, half), COMMIT)
+        deadline = time.monotonic() + 60
+        while not published(t):
+            assert time.monotonic() < deadline, "the partitions standing aside never came back"
+            relay.pump(0.2)
+        drain(relay)
+        assert relay._consumer is not stuck
+    assert published(t) == Counter({half.transaction_id: 1})
