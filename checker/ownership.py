@@ -44,6 +44,8 @@ class HalfOwnership:
         self._lock = threading.Lock()
         self.assigned = threading.Event()
         """Set once the group has given this replica its first assignment."""
+        self.generation = 0
+        """How many assignments the group has given this replica (one per rebalance)."""
         self.refusals = JoinRefusals(settings.group_id)
         self._fences = Fences()
         self.consumer = self._new_consumer()
@@ -72,6 +74,7 @@ class HalfOwnership:
             for tp in partitions:
                 self._owned[tp.partition] = None  # checkpoint loaded at its first round
         log.info("assigned half partitions %s", sorted(tp.partition for tp in partitions))
+        self.generation += 1
         self.assigned.set()
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:

@@ -81,21 +81,28 @@ class DrainTrigger(Enum):
 @dataclass
 class DrainSchedule:
     """When the checker's loop looks for parked sends: every ``interval_seconds``, and at
-    once when its half partitions changed. After an outage a replica gets its partitions
-    back with a round due, which can take seconds on the backlog the outage left; the
-    parked sends of those partitions are published first."""
+    once when the group gave the replica an assignment. After an outage a replica gets
+    its partitions back with a round due, which can take seconds on the backlog the
+    outage left; the parked sends of those partitions are published first."""
 
     interval_seconds: float
     last_at: float | None = None
-    last_partitions: tuple[int, ...] = ()
+    last_generation: int = 0
+    """The assignment last drained after (:attr:`HalfOwnership.generation`)."""
 
-    def due(self, now: float, partitions: Sequence[int]) -> DrainTrigger | None:
-        owned = tuple(sorted(partitions))
-        changed = owned != self.last_partitions
-        if not changed and self.last_at is not None and now - self.last_at < self.interval_seconds:
+    def due(
+        self, now: float, *, generation: int, assigned_only: bool = False
+    ) -> DrainTrigger | None:
+        """Whether to drain now, and why; ``assigned_only``: only for a new assignment."""
+        if generation != self.last_generation:
+            self.last_at, self.last_generation = now, generation
+            return DrainTrigger.ASSIGNED
+        if assigned_only or (
+            self.last_at is not None and now - self.last_at < self.interval_seconds
+        ):
             return None
-        self.last_at, self.last_partitions = now, owned
-        return DrainTrigger.ASSIGNED if changed and owned else DrainTrigger.INTERVAL
+        self.last_at = now
+        return DrainTrigger.INTERVAL
 
 
 WriteHalves = Callable[[int, list[HalfRecord]], list[tuple[str, int]]]

@@ -209,11 +209,13 @@ class Checker:
         finally:
             self.close()
 
-    def _drain_when_due(self) -> None:
+    def _drain_when_due(self, *, assigned_only: bool = False) -> None:
         """Publish parked sends when :class:`DrainSchedule` says; a failure waits for the next."""
         if self._drain is None:
             return
-        trigger = self._drain_schedule.due(self._clock(), self.owned_partitions())
+        trigger = self._drain_schedule.due(
+            self._clock(), generation=self._ownership.generation, assigned_only=assigned_only
+        )
         if trigger is None:
             return
         if trigger is DrainTrigger.ASSIGNED:  # after an outage, maybe: as a round does
@@ -226,11 +228,9 @@ class Checker:
             log.warning("parked sends not drained (the transaction log is unreachable): %s", exc)
 
     def drain_parked(self) -> list[DrainReport]:
-        """Publish the parked sends (``park_when_unavailable``) of every owned half partition.
-
-        Through the round writer's transaction, fenced as a round's chunk is
-        (:mod:`outbox_checker.parked`); between rounds, in the loop's thread.
-        """
+        """Publish the parked sends (``park_when_unavailable``) of every owned half partition,
+        through the round writer's transaction, fenced as a round's chunk is
+        (:mod:`outbox_checker.parked`); between rounds, in the loop's thread."""
         if self._drain is None:
             return []
         return [
@@ -274,6 +274,7 @@ class Checker:
         deadline = time.monotonic() + seconds
         while not self._stopping.is_set() and (remaining := deadline - time.monotonic()) > 0:
             self.poll_membership(min(0.5, remaining))
+            self._drain_when_due(assigned_only=True)  # partitions back: their parked sends
 
     def start_relay(self) -> Relay | None:
         """Start this replica's relay thread (unless ``relay`` is off); idempotent."""
