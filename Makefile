@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: install kafka-jars demo chaos test lint format clean bench bench-producer bench-checker spark-jars bench-sink model docs test-cluster test-long
+.PHONY: install kafka-jars demo chaos test lint format clean bench bench-producer bench-checker spark-jars bench-sink bench-parking model docs test-cluster test-long
 
 # The library with its test extras, and next to it the developer tooling
 # (devtools/: local runtimes, demo, chaos, pytest plugin), which is not in the
@@ -56,6 +56,10 @@ bench-checker: kafka-jars
 
 bench-sink: kafka-jars spark-jars
 	$(BIN)/python -m bench.sink
+
+# Send latency across a broker freeze, without and with parking, on a broker of its own.
+bench-parking: kafka-jars
+	$(BIN)/python -m bench.parking $(BENCH_ARGS)
 
 # The Hypothesis models, far longer than the suite's short runs: the protocol (tests/model)
 # and the ways services use SQLAlchemy sessions around joined sends (real broker and databases).

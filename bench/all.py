@@ -8,10 +8,18 @@ keeps the sets of figures comparable (the visible bench's throughput is set
 against the producer bench's plain sends). The benches use topics of their own
 names, so they do not see each other's records.
 
+:mod:`bench.parking` comes last, on a broker of its own that it starts once the
+shared one is gone: it freezes (or stops) the broker it measures, which would
+wreck a broker the other benches share, and a broker given by
+``--bootstrap-servers`` is not one to freeze, so with that flag it is skipped.
+Its verdict and its keys in the summary appear only when it runs, so a run
+without it (``--skip-parking`` or ``--bootstrap-servers``) writes the verdicts and
+summary keys it wrote before the bench existed.
+
 Each bench is configured by its own command line parser (its defaults, its
 checks), fed ``--quick``'s small counts and then whatever ``--producer-args``,
 ``--checker-args``, ``--relay-args``, ``--visible-args`` or ``--sink-args``
-say, so every knob of a bench is
+say (and ``--parking-args``), so every knob of a bench is
 reachable here without being declared twice. A bad flag fails before the
 broker starts. Each bench prints its progress and its own table as it runs;
 then comes one table of the headline figures, ``bench/results/all.json``
@@ -35,7 +43,7 @@ from typing import Any, Protocol, TypeVar
 
 from rich.console import Console
 
-from bench import checker, producer, relay, sink, visible
+from bench import checker, parking, producer, relay, sink, visible
 from bench.all_table import Options, Results, ratio_to, results_table
 from bench.common import (
     bench_main,
@@ -59,6 +67,7 @@ QUICK_ARGS: dict[str, list[str]] = {
     "relay": ["--commits", "5000"],
     "visible": ["--seconds", "2", "--warmup", "0.5"],
     "sink": ["--events", "2000", "--live-seconds", "5", "--rate", "50"],
+    "parking": ["--quick"],
 }
 """``--quick``: a smoke run of a few minutes that exercises every figure, not a measurement."""
 
@@ -76,14 +85,37 @@ B = TypeVar("B", bound=_BenchOptions)
 
 
 def run(console: Console, options: Options) -> int:
-    """Start (or use) one broker and run every bench not skipped on it."""
-    return run_on_broker(console, options, _run_against, heap=BROKER_HEAP)
-
-
-def _run_against(console: Console, options: Options, bootstrap: str, broker_pid: int | None) -> int:
+    """Start (or use) one broker and run every shared bench not skipped on it; then the
+    parking bench on a broker of its own; then the one table."""
     began = time.monotonic()
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     results = Results()
+    shared = _shared_stages(options)
+    total = len(shared) + (options.parking is not None)
+
+    def run_shared(console: Console, options: Options, bootstrap: str, pid: int | None) -> int:
+        results.bootstrap = bootstrap
+        for number, (name, what, bench_options, measure) in enumerate(shared, 1):
+            console.rule(f"[bold][{number}/{total}] bench.{name}[/]: {what}")
+            report = _stage(console, results, name, measure, bench_options, bootstrap, pid)
+            setattr(results, name, report)
+        return 0
+
+    if shared:
+        run_on_broker(console, options, run_shared, heap=BROKER_HEAP)
+    if options.parking is not None:
+        console.rule(
+            f"[bold][{total}/{total}] bench.parking[/]: send latency across a broker "
+            f"{options.parking.fault}, without and with parking (a broker of its own)"
+        )
+        results.parking = _stage(console, results, "parking", _parking, options.parking, "", None)
+    elif options.parking_skipped_why:
+        console.print(f"bench.parking skipped: {options.parking_skipped_why}", highlight=False)
+    return _report(console, options, results, began, load)
+
+
+def _shared_stages(options: Options) -> list[tuple[str, str, Any, Callable[..., Any]]]:
+    """The benches that share one broker, in order, those not skipped."""
     rss = options.checker is not None and not options.checker.skip_rss
     stages: list[tuple[str, str, Any, Callable[..., Any]]] = [
         ("producer", "plain vs outbox sends, threads, tasks", options.producer, producer.measure),
@@ -102,12 +134,25 @@ def _run_against(console: Console, options: Options, bootstrap: str, broker_pid:
         ),
         ("sink", "Spark sink rows/s (--once), commit-to-row delay", options.sink, sink.measure),
     ]
-    chosen = [stage for stage in stages if stage[2] is not None]
-    for number, (name, what, bench_options, measure) in enumerate(chosen, 1):
-        console.rule(f"[bold][{number}/{len(chosen)}] bench.{name}[/]: {what}")
-        report = _stage(console, results, name, measure, bench_options, bootstrap, broker_pid)
-        setattr(results, name, report)
+    return [stage for stage in stages if stage[2] is not None]
 
+
+def _parking(
+    console: Console, options: parking.Options, bootstrap: str, broker_pid: int | None
+) -> parking.Report:
+    """:func:`bench.parking.measure` as a stage: the broker it starts is its own."""
+    return parking.measure(console, options)
+
+
+def _report(
+    console: Console,
+    options: Options,
+    results: Results,
+    began: float,
+    load: tuple[float, float, float] | None,
+) -> int:
+    """The one table, ``all.json`` and the last line; 1 if a bench failed."""
+    bootstrap = results.bootstrap
     console.rule("[bold]make bench[/]")
     noise = results.noise()
     busiest = max(noise.values(), default=0.0)
@@ -231,6 +276,20 @@ def _summary(results: Results, options: Options) -> list[tuple[str, float | None
         ("sink_rows_per_s", s.throughput.rows_per_s if s else None, ".0f"),
         ("sink_delay_p50_ms", s.delay.delay_p50_ms if s else None, ".0f"),
         ("sink_delay_p99_ms", s.delay.delay_p99_ms if s else None, ".0f"),
+        *_parking_summary(results, options),
+    ]
+
+
+def _parking_summary(results: Results, options: Options) -> list[tuple[str, float | None, str]]:
+    """The parking bench's headline keys, when it was to run (see the module's docs)."""
+    if options.parking is None:
+        return []
+    p = results.parking.summary if results.parking else {}
+    return [
+        ("parking_fault_p99_ms_off", p.get("fault_p99_ms_off"), ".0f"),
+        ("parking_fault_p99_ms_on", p.get("fault_p99_ms_on"), ".0f"),
+        ("parked_to_visible_max_s", p.get("parked_to_visible_max_s"), ".1f"),
+        ("parked_visible_after_writes_max_s", p.get("after_writes_max_s"), ".1f"),
     ]
 
 
@@ -242,7 +301,7 @@ def _bench_argv(name: str, args: argparse.Namespace) -> list[str]:
     argv = list(QUICK_ARGS[name]) if args.quick else []
     if name == "checker" and args.skip_rss:
         argv.append("--skip-rss")
-    if args.bootstrap_servers:
+    if args.bootstrap_servers and name != "parking":
         argv += ["--bootstrap-servers", args.bootstrap_servers]
     return argv + shlex.split(getattr(args, f"{name}_args"))
 
@@ -251,8 +310,9 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
     parser = argparse.ArgumentParser(
         prog="python -m bench.all",
         description=(
-            "Every benchmark (producer, checker, sink) on one broker, one table of the "
-            "figures, bench/results/all.json."
+            "Every benchmark (producer, checker, relay, visible, sink) on one broker, then "
+            "the parking bench on a broker of its own; one table of the figures, "
+            "bench/results/all.json."
         ),
         epilog=(
             "Other knobs go to a bench as its own flags, e.g. "
@@ -270,6 +330,11 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
     parser.add_argument("--skip-relay", action="store_true")
     parser.add_argument("--skip-visible", action="store_true")
     parser.add_argument("--skip-sink", action="store_true", help="no Spark")
+    parser.add_argument(
+        "--skip-parking",
+        action="store_true",
+        help="no broker fault (the parking bench freezes a broker of its own)",
+    )
     for name in QUICK_ARGS:
         parser.add_argument(
             f"--{name}-args",
@@ -283,9 +348,12 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
     parser.add_argument("--json", dest="json_path", type=Path, default=RESULTS_PATH)
     args = parser.parse_args(argv)
 
-    bench_argv = {
-        name: _bench_argv(name, args) for name in QUICK_ARGS if not getattr(args, f"skip_{name}")
-    }
+    skipped = {name: getattr(args, f"skip_{name}") for name in QUICK_ARGS}
+    why = None
+    if args.bootstrap_servers and not args.skip_parking:
+        skipped["parking"] = True
+        why = "it freezes the broker it measures, and --bootstrap-servers names a shared one"
+    bench_argv = {name: _bench_argv(name, args) for name in QUICK_ARGS if not skipped[name]}
 
     def configured(name: str, parse: Callable[[list[str]], B]) -> B | None:
         if name not in bench_argv:
@@ -300,6 +368,8 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         relay=configured("relay", relay.parse_args),
         visible=configured("visible", visible.parse_args),
         sink=configured("sink", sink.parse_args),
+        parking=configured("parking", parking.parse_args),
+        parking_skipped_why=why,
         argv=bench_argv,
         quick=args.quick,
         bootstrap_servers=args.bootstrap_servers,

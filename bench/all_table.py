@@ -15,9 +15,16 @@ from pathlib import Path
 
 from rich.table import Table
 
-from bench import aims, checker, producer, relay, sink, visible
+from bench import aims, checker, parking, producer, relay, sink, visible
+from bench.parking_table import AIM_PARKED_TO_VISIBLE_S, ratio
 
-AnyReport = producer.Report | checker.Report | relay.Report | visible.Report | sink.Report
+AnyReport = (
+    producer.Report | checker.Report | relay.Report | visible.Report | sink.Report | parking.Report
+)
+
+ONLY_WHEN_RUN = ("parking",)
+"""Benches whose verdict (and summary keys) appear only when they were to run: a run
+without them writes what it wrote before they existed (see :mod:`bench.all`)."""
 
 
 @dataclass
@@ -34,6 +41,10 @@ class Options:
     quick: bool
     bootstrap_servers: str | None
     json_path: Path
+    parking: parking.Options | None = None
+    """On a broker of its own, after the others (:mod:`bench.parking`)."""
+    parking_skipped_why: str | None = None
+    """Why it was left out though not ``--skip-parking``."""
 
 
 @dataclass
@@ -45,6 +56,9 @@ class Results:
     relay: relay.Report | None = None
     visible: visible.Report | None = None
     sink: sink.Report | None = None
+    parking: parking.Report | None = None
+    bootstrap: str | None = None
+    """The shared broker's address (``None``: no shared bench ran)."""
     errors: dict[str, str] = field(default_factory=dict)
     """Bench name -> the exception that ended it."""
     seconds: dict[str, float] = field(default_factory=dict)
@@ -58,12 +72,15 @@ class Results:
             "relay": self.relay,
             "visible": self.visible,
             "sink": self.sink,
+            "parking": self.parking,
         }
 
     def verdicts(self, options: Options) -> dict[str, str]:
         """Per bench: ``ok``, ``FAILED`` (its own checks), ``ERROR`` or ``skipped``."""
         verdicts = {}
         for name, report in self.reports().items():
+            if getattr(options, name) is None and name in ONLY_WHEN_RUN:
+                continue
             if getattr(options, name) is None:
                 verdicts[name] = "skipped"
             elif report is None:
@@ -123,10 +140,12 @@ def results_table(results: Results, options: Options, verdicts: dict[str, str]) 
             _visible_rows(results.visible, results.producer, options.visible),
         ),
         ("sink", "Spark → Parquet", _sink_rows(results.sink, options.sink)),
+        ("parking", "a broker of its own", _parking_rows(results.parking, options.parking)),
     ]
     for name, about, rows in sections:
         if getattr(options, name) is None:
-            rows = [("-", "-", "", "skipped")]
+            why = options.parking_skipped_why if name == "parking" else None
+            rows = [("-", "-", "", f"skipped ({why})" if why else "skipped")]
         elif getattr(results, name) is None:
             rows = [("-", "-", "", "[red]failed[/] (see above)")]
         for number, row in enumerate(rows):
@@ -356,5 +375,44 @@ def _sink_rows(report: sink.Report | None, options: sink.Options | None) -> list
             "",
             f"{delay.committed:,} events at {delay.rate:g}/s for {delay.seconds:g}s, "
             f"trigger {delay.trigger}",
+        ),
+    ]
+
+
+def _parking_rows(report: parking.Report | None, options: parking.Options | None) -> list[Row]:
+    if report is None or options is None:
+        return []
+    off, on = report.phase(False), report.phase(True)
+    times = ratio(off.fault_send_p99_ms if off else None, on.fault_send_p99_ms if on else None)
+    fault = (
+        f"broker {'frozen' if options.fault == 'freeze' else 'stopped'} {options.down_seconds:g}s"
+    )
+    after_writes = on.after_writable_max_s if on else None
+    back = on.checker.get("assigned_after_return_s") if on else None
+    met = after_writes is not None and after_writes <= AIM_PARKED_TO_VISIBLE_S
+    exact = "[green]ok[/]" if report.ok else "[red]FAILED[/] (see above)"
+    return [
+        (
+            "send p99 ms while away: without / with parking",
+            f"{_num(off.fault_send_p99_ms if off else None)} / "
+            f"{_num(on.fault_send_p99_ms if on else None)} ({_num(times, '.1f')}x)",
+            "",
+            f"{fault}, {options.rate:g} sends/s from {options.senders} threads; "
+            "sends started while it was away",
+        ),
+        (
+            "parked → visible max s: after return / after writes",
+            f"{_num(on.parked_to_visible_max_s if on else None, '.1f')} / "
+            f"{_num(after_writes, '.1f')}",
+            f"<= {AIM_PARKED_TO_VISIBLE_S:g} {'ok' if met else 'ABOVE'}",
+            f"{on.parked_committed if on else 0} committed parked sends; the checker had its "
+            f"partitions back {_num(back, '.1f')} s after the return",
+        ),
+        (
+            "failed with parking; missing / dup / rolled back",
+            f"{on.failed if on else '-'}; {report.summary['missing']} / "
+            f"{report.summary['duplicates']} / {report.summary['rolled_back_visible']}",
+            "all 0",
+            exact,
         ),
     ]
