@@ -45,12 +45,15 @@ def test_with_parking_no_send_fails_and_each_committed_order_is_visible_once(
         assert phase["visible"] == phase["committed"], phase
         assert phase["missing"] == phase["duplicates"] == 0, phase
         assert phase["rolled_back_visible"] == phase["unexpected_visible"] == 0, phase
-        assert phase["fault_sends"] > 0 and phase["down_seconds"] >= 5, phase
+        assert phase["down_seconds"] >= 5, phase
         assert Path(phase["checker_log"]).read_text()  # kept, for the timeline
     assert on["failed"] == 0, on["first_error"]
     assert on["parked"] >= on["parked_committed"] > 0
-    # A parked send returns after park_after_seconds; without parking it waits out the freeze.
-    assert on["fault_send_p99_ms"] < off["fault_send_p99_ms"]
+    # A parked send returns after park_after_seconds, so the next ones start while the broker
+    # is away. Without parking the senders may all be inside a send when it freezes (none
+    # starts then: seen in CI), but the requests due meanwhile wait out the freeze.
+    assert on["fault_sends"] > 0, on
+    assert on["fault_send_p99_ms"] < off["fault_request_p99_ms"]
     for figure in ("parked_to_visible_p50_s", "parked_to_visible_max_s", "after_writable_max_s"):
         assert on[figure] is not None, figure
     assert on["parked_to_visible_max_s"] > 0  # published once the broker was back, not before
