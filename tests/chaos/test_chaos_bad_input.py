@@ -34,6 +34,7 @@ def _chaos(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
         (["--rolling-restarts=-1"], "OUTBOX_CHAOS_ROLLING_RESTARTS"),
         (["--half-leader-kills=-1"], "OUTBOX_CHAOS_HALF_LEADER_KILLS"),
         (["--coordinator-kills=-1"], "OUTBOX_CHAOS_COORDINATOR_KILLS"),
+        (["--kafka-outages=-1"], "OUTBOX_CHAOS_KAFKA_OUTAGES"),
     ],
 )
 def test_out_of_range_values_are_one_error_naming_the_setting(args, named):
