@@ -404,6 +404,9 @@ def _fire_at_kafka(cluster: Cluster, fault: Fault, console: Console) -> None:
     else:
         node = cluster.node(fault.target)
         name = "broker" if isinstance(kafka, LocalKafka) else f"node {node.node_id}"
+    if not node.is_running():  # on one broker another fault has it down (a long Kafka away)
+        _record_miss(cluster, fault, name, "the broker is already down", console)
+        return
     if fault.kind is FaultKind.FREEZE_BROKER:
         node.freeze()
     elif fault.kind is FaultKind.STOP_BROKER:
