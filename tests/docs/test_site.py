@@ -7,7 +7,9 @@ so a change that breaks the docs fails the suite instead of the published site.
 
 from __future__ import annotations
 
+import html
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -30,6 +32,17 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
         assert (tmp_path / page).is_file(), page
     api = (tmp_path / "reference/api/index.html").read_text()
     assert "send_message_in_transaction" in api, "the API page documents no producer"
+    assert_the_api_page_reads_as_a_reference(api)
+
+
+def assert_the_api_page_reads_as_a_reference(api: str) -> None:
+    """Signatures with their parameters, dataclass fields, and no Sphinx role left as text."""
+    text = html.unescape(re.sub(r"<[^>]+>", "", api))
+    assert api.count("doc-signature") >= 20, "the API page shows no signatures"
+    assert "settings: ProducerSettings | None = None" in text, "no constructor parameters"
+    assert "half_offset: int | None" in text, "TransactionSendResult's fields are missing"
+    roles = sorted(set(re.findall(r":(?:meth|class|func|attr|mod|exc|data|obj):", text)))
+    assert not roles, f"Sphinx roles shown as text on the API page: {roles}"
 
 
 def test_the_readme_is_short_and_sends_readers_to_the_docs() -> None:
