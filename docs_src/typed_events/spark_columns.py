@@ -1,8 +1,7 @@
 import os
 
-from spark_sink import read_outbox_events
+from spark_sink import create_session, read_outbox_events
 from spark_sink.schema_registry import confluent_payload, confluent_schema_id, json_value
-from spark_sink.session import create_session
 
 spark = create_session()
 kafka = os.environ.get("OUTBOX_BOOTSTRAP_SERVERS", "localhost:9092")
