@@ -337,3 +337,31 @@ END_OFFSETS_MARGIN_SECONDS = 3.0
 answer. The request timeout does not bound the wait: librdkafka's ``list_offsets`` once left
 its future unanswered with a node killed under a three-node cluster, and the relay, waiting
 on it, published nothing for over 35 s."""
+
+
+class EndOffsetClient:
+    """``ListOffsets`` through one admin client kept between questions, replaced after a
+    question it could not answer.
+
+    An admin client sends ``ListOffsets`` to the leader in its metadata and does not look
+    again when that leader dies: after a ``kill -9`` of a partition's leader, one kept
+    client was answered "-1001" (no answer) for 60 s, though the controller had elected a
+    new leader within 6 s; a fresh client answers at once (tests/checker/
+    test_leader_failover.py). A client per question would pay a connection each time, so
+    the client is kept while it answers and replaced when it does not.
+    """
+
+    def __init__(self, client_config: dict[str, Any]) -> None:
+        self._client_config = client_config
+        self._admin = AdminClient(client_config)
+
+    def ask(
+        self, topic: str, partitions: list[int], isolation: IsolationLevel, timeout: float
+    ) -> dict[int, int]:
+        """:func:`end_offsets` of ``partitions``; the next question goes through a fresh
+        client if this one raised :class:`KafkaUnavailableError`."""
+        try:
+            return end_offsets(self._admin, topic, partitions, isolation, timeout)
+        except KafkaUnavailableError:
+            self._admin = AdminClient(self._client_config)
+            raise

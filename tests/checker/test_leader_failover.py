@@ -12,9 +12,11 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from outbox_checker.kafka_reader import EndOffsetClient
 
+from outbox.errors import KafkaUnavailableError
 from outbox.reading import watermarks
 from outbox_devtools.kafka import LocalKafkaCluster
 
@@ -41,3 +43,43 @@ def test_watermarks_follow_a_killed_leader_to_its_successor(kafka_cluster: Local
         consumer.close()
     # The election: the broker session (5 s) and a little; not the 30 s timeout.
     assert took < 15.0, f"answered {took:.1f}s after the leader was killed"
+
+
+def test_end_offsets_follow_a_killed_leader_to_its_successor(kafka_cluster: LocalKafkaCluster):
+    """The relay's long-lived ``ListOffsets`` client, asked after a partition's leader died.
+
+    An admin client kept between questions sent them to the dead leader for as long as it
+    lived: 24 questions over 60 s after a ``kill -9``, each answered "-1001" after its 2 s
+    timeout, while the controller had elected a new leader within 6 s (measured 2026-11-28,
+    librdkafka 2.x). The relay asks its half partitions' ends so before each batch; with its
+    client stale it fell back to one question per decision, and the coordinator-kill
+    proof's publication stalled past 35 s in about one run of eight.
+    """
+    topic = f"ends-{uuid.uuid4().hex[:8]}"
+    client = {"bootstrap.servers": kafka_cluster.bootstrap_servers}
+    admin = AdminClient(client)
+    admin.create_topics([NewTopic(topic, 3, 3)])[topic].result(30)
+    _store_one_record_per_partition(client, topic)
+    ends = EndOffsetClient(client)
+    asked = (topic, [0, 1, 2], IsolationLevel.READ_COMMITTED, 2.0)
+    assert ends.ask(*asked) == {0: 1, 1: 1, 2: 1}  # it knows every leader now
+    kafka_cluster.leader_of(topic, 0).kill()
+    killed = time.monotonic()
+    while True:
+        try:
+            answer = ends.ask(*asked)
+            break
+        except KafkaUnavailableError:
+            took = time.monotonic() - killed
+            assert took < 20.0, f"no answer {took:.1f}s after the leader was killed"
+            time.sleep(0.5)
+    assert answer == {0: 1, 1: 1, 2: 1}
+
+
+def _store_one_record_per_partition(client: dict[str, str], topic: str) -> None:
+    """A producer of its own, gone when this returns (a live one logs raw lines to stderr
+    once its cluster is closed)."""
+    producer = Producer({**client, "acks": "all"})
+    for partition in (0, 1, 2):
+        producer.produce(topic, b"stored", partition=partition)
+    assert producer.flush(30) == 0

@@ -19,7 +19,7 @@ from typing import ClassVar
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
-from outbox_checker import relay as relay_module
+from outbox_checker import relay_lookups, relay_partitions, relay_transaction
 from outbox_checker.kafka_reader import watermark_client
 from outbox_checker.relay import BatchReport, Relay, RelaySettings
 from prometheus_client import REGISTRY
@@ -73,17 +73,27 @@ def relay_of(
         relay.close()
 
 
-def a_relay(
-    kind: type[Relay], topics: OutboxTopics, transactional_id: str, timeout: float = 5.0
-) -> Relay:
-    """A relay of ``kind`` (a subclass with a fault) in the test's relay group, not started."""
-    return kind(
+def a_relay(topics: OutboxTopics, transactional_id: str, timeout: float = 5.0) -> Relay:
+    """A relay in the test's relay group, not started."""
+    return Relay(
         topics.client_config,
         topics.names,
         group_id=f"{topics.names.prefix}.relay",
         transactional_id=transactional_id,
         settings=RelaySettings(batch=100, timeout=timeout),
     )
+
+
+def before_each_restore(relay: Relay, hook: Callable[[int], None]) -> None:
+    """Call ``hook(partition)`` before each restore of one of the relay's op partitions, to
+    slow it down or make it fail."""
+    restore = relay.op_partitions.restore
+
+    def hooked(partition: int) -> int:
+        hook(partition)
+        return restore(partition)
+
+    relay.op_partitions.restore = hooked  # type: ignore[method-assign]
 
 
 def drain(relay: Relay, quiet_seconds: float = 1.5) -> None:
@@ -255,7 +265,7 @@ def test_a_real_record_lands_on_the_partition_a_java_producer_would_choose(
 
 
 def test_a_stuck_relay_transaction_is_abandoned_fenced_and_its_batch_published_once(
-    outbox_topics: OutboxTopics,
+    outbox_topics: OutboxTopics, monkeypatch: pytest.MonkeyPatch
 ):
     """librdkafka can block in send_offsets_to_transaction for minutes after a broker
     restart; the relay gives up on such a batch at its deadline (5 s: a batch commits in
@@ -266,22 +276,17 @@ def test_a_stuck_relay_transaction_is_abandoned_fenced_and_its_batch_published_o
     decide(t, half, write_half(t, half), COMMIT)
     release = threading.Event()
 
-    class HangsOnce(Relay):
+    class HangsOnce(Producer):
         hung = False
 
-        def _transact(self, producer, outgoing, offsets, group):
+        def send_offsets_to_transaction(self, *args, **kwargs):
             if not HangsOnce.hung:
                 HangsOnce.hung = True
-                producer.begin_transaction()
-                for record in outgoing:
-                    producer.produce(**record.produce_kwargs())
                 release.wait(60)  # as if stuck in the client
-                producer.send_offsets_to_transaction(offsets, group, 5)
-                producer.commit_transaction(5)
-                return
-            super()._transact(producer, outgoing, offsets, group)
+            return super().send_offsets_to_transaction(*args, **kwargs)
 
-    relay = a_relay(HangsOnce, t, f"{t.names.prefix}.relay.stuck", timeout=2.0)
+    monkeypatch.setattr(relay_transaction, "Producer", HangsOnce)  # the relay's producers
+    relay = a_relay(t, f"{t.names.prefix}.relay.stuck", timeout=2.0)
     relay.start()
     try:
         wait_for(lambda: HangsOnce.hung, what="the stuck batch")
@@ -303,7 +308,7 @@ def publish_past_a_wedge(
 ) -> tuple[Consumer, HalfRecord]:
     """Wedge the relay's consumer (paused: it hears nothing, as after a frozen broker),
     commit a half and pump until it is published; the wedged consumer and the half."""
-    wedged = relay._consumer
+    wedged = relay.op_partitions.consumer
     wedged.pause(wedged.assignment())
     half = pending_half(t, name)
     decide(t, half, write_half(t, half), COMMIT)
@@ -326,28 +331,12 @@ def test_a_relay_whose_consumer_went_silent_reads_on_with_a_fresh_one(outbox_top
             t, relay, "after-the-wedge", 60, lambda: "the silent consumer was never replaced"
         )
         drain(relay)
-        assert relay._consumer is not wedged
+        assert relay.op_partitions.consumer is not wedged
     assert published(t) == Counter({half.transaction_id: 1})
 
 
-class SlowRestore(Relay):
-    """A relay whose op partitions take their time to restore, as on a loaded machine
-    (the committed offset asked, the op history re-read), inside the assignment callback;
-    it counts the consumers it makes."""
-
-    consumers_made = 0
-
-    def _restore(self, partition: int) -> int:
-        time.sleep(0.5)
-        return super()._restore(partition)
-
-    def _new_consumer(self):
-        self.consumers_made += 1
-        return super()._new_consumer()
-
-
 def test_a_relay_slow_to_take_its_partitions_does_not_take_that_time_for_silence(
-    outbox_topics: OutboxTopics,
+    outbox_topics: OutboxTopics, monkeypatch: pytest.MonkeyPatch
 ):
     """The seconds an assignment spends restoring partitions are not the consumer's silence.
 
@@ -357,13 +346,25 @@ def test_a_relay_slow_to_take_its_partitions_does_not_take_that_time_for_silence
     slow assignment (a chaos run's takeover at a load of 50 lost 5 s to one).
     """
     t = outbox_topics
-    relay = SlowRestore(
+    consumers_made: list[Consumer] = []
+    group_member = relay_partitions.group_member
+
+    def counted(*args, **kwargs):
+        consumer, session_log = group_member(*args, **kwargs)
+        consumers_made.append(consumer)
+        return consumer, session_log
+
+    monkeypatch.setattr(relay_partitions, "group_member", counted)
+    relay = Relay(
         t.client_config,
         t.names,
         group_id=f"{t.names.prefix}.relay",
         transactional_id=f"{t.names.prefix}.relay.{uuid.uuid4().hex[:8]}",
         settings=RelaySettings(batch=100, silence_seconds=1.0),
     )
+    # As on a loaded machine (the committed offset asked, the op history re-read), inside
+    # the assignment callback.
+    before_each_restore(relay, lambda _: time.sleep(0.5))
     try:
         deadline = time.monotonic() + 60
         while len(relay.partitions) < 3:
@@ -374,10 +375,10 @@ def test_a_relay_slow_to_take_its_partitions_does_not_take_that_time_for_silence
             relay,
             "waiting-at-the-takeover",
             30,
-            lambda: f"not published; {relay.consumers_made} consumers made",
+            lambda: f"not published; {len(consumers_made)} consumers made",
         )
-        assert relay._consumer is not wedged
-        assert relay.consumers_made == 2, "a fresh consumer was taken for a wedged one"
+        assert relay.op_partitions.consumer is not wedged
+        assert len(consumers_made) == 2, "a fresh consumer was taken for a wedged one"
     finally:
         relay.close()
     assert published(t) == Counter({half.transaction_id: 1})
@@ -465,21 +466,20 @@ def test_a_partition_the_relay_could_not_rewind_does_not_skip_its_failed_batch(
     t = outbox_topics
     transactional_id = f"{t.names.prefix}.relay.rewind"
 
-    class RewindFails(Relay):
-        failing = False
+    failing = threading.Event()
 
-        def _restore(self, partition: int) -> int:
-            if RewindFails.failing:
-                raise KafkaException(KafkaError(KafkaError.NOT_COORDINATOR))
-            return super()._restore(partition)
+    def fail_while_failing(partition: int) -> None:
+        if failing.is_set():
+            raise KafkaException(KafkaError(KafkaError.NOT_COORDINATOR))
 
-    relay = RewindFails(
+    relay = Relay(
         t.client_config,
         t.names,
         group_id=f"{t.names.prefix}.relay",
         transactional_id=transactional_id,
         settings=RelaySettings(batch=100, timeout=5.0),
     )
+    before_each_restore(relay, fail_while_failing)
     try:
         wait_for(lambda: relay.pump(0.2) is not None and len(relay.partitions) == 3, what="owns")
         lost = pending_half(t, f"rewound-{uuid.uuid4().hex[:6]}")
@@ -495,14 +495,14 @@ def test_a_partition_the_relay_could_not_rewind_does_not_skip_its_failed_batch(
             except KafkaException:
                 failed = True
         assert failed, "the fenced batch did not fail"
-        RewindFails.failing = True
-        relay._rewind()  # what run() does after a failed batch
-        RewindFails.failing = False
+        failing.set()
+        relay.rewind()  # what run() does after a failed batch
+        failing.clear()
         later = pending_half(t, f"later-{uuid.uuid4().hex[:6]}")
         decide(t, later, write_half(t, later), COMMIT)
         drain(relay)
     finally:
-        RewindFails.failing = False
+        failing.clear()
         relay.close()
     assert published(t) == Counter({lost.transaction_id: 1, later.transaction_id: 1})
 
@@ -523,16 +523,14 @@ def test_an_op_partition_whose_restore_fails_at_assignment_is_retried_not_orphan
     half = pending_half(t, f"orphan-{uuid.uuid4().hex[:6]}")
     decide(t, half, write_half(t, half), COMMIT)
 
-    class FirstRestoreFails(Relay):
-        failures = 1
+    failures = [failure]
 
-        def _restore(self, partition: int) -> int:
-            if partition == 0 and FirstRestoreFails.failures:
-                FirstRestoreFails.failures -= 1
-                raise failure
-            return super()._restore(partition)
+    def first_restore_fails(partition: int) -> None:
+        if partition == 0 and failures:
+            raise failures.pop()
 
-    relay = a_relay(FirstRestoreFails, t, f"{t.names.prefix}.relay.{uuid.uuid4().hex[:8]}")
+    relay = a_relay(t, f"{t.names.prefix}.relay.{uuid.uuid4().hex[:8]}")
+    before_each_restore(relay, first_restore_fails)
     relay.start()  # run(): a failed batch is logged and the relay reads on
     try:
         wait_for(lambda: published(t) == Counter({half.transaction_id: 1}), 30, "published")
@@ -562,7 +560,7 @@ def test_a_burst_below_the_memory_floor_reads_the_op_history_once_per_batch(
     with relay_of(t, memory=2, batch=500) as relay:
         drain(relay)
         reads = []
-        history = relay._op_history
+        history = relay.lookups.op_history
         original = history.read
 
         def counted(partition: int, start: int, limit: int):
@@ -597,7 +595,7 @@ def test_an_op_naming_a_half_beyond_the_half_partition_does_not_pin_the_memory_f
     write(t, *ops)
     with relay_of(t, memory=2) as relay:
         drain(relay)
-        floor = relay._memories[0].op_floor
+        floor = relay.op_partitions.memories[0].op_floor
     assert published(t) == Counter({h.transaction_id: 1 for h in halves})
     assert floor > 0, "the bogus op at op offset 0 still holds the memory's floor"
 
@@ -671,7 +669,7 @@ def test_a_relay_joining_again_keeps_its_memory_instead_of_rereading_the_op_part
     with relay_of(t) as relay:
         drain(relay)
         before = len(reread(caplog))
-        relay._replace_consumer()  # what a fence does
+        relay.op_partitions.replace_consumer()  # what a fence does
         wait_for(lambda: relay.pump(0.2) is not None and len(relay.partitions) == 3, what="owns")
         decide(t, halves[0], at[0], COMMIT)  # a second decision: nothing
         decide(t, halves[3], at[3], COMMIT)  # a first one: published
@@ -691,18 +689,19 @@ def test_a_kept_memory_learns_what_another_replica_relayed_meanwhile(
     early, late, last = (pending_half(t, f"{n}-{uuid.uuid4().hex[:6]}") for n in "elx")
     at = {name: write_half(t, h) for name, h in zip("elx", (early, late, last), strict=True)}
     decide(t, early, at["e"], COMMIT)
-    relay = a_relay(Relay, t, f"{t.names.prefix}.relay.{uuid.uuid4().hex[:8]}")
+    relay = a_relay(t, f"{t.names.prefix}.relay.{uuid.uuid4().hex[:8]}")
     try:
         wait_for(lambda: relay.pump(0.2) is not None and len(relay.partitions) == 3, what="owns")
         drain(relay)
-        relay._consumer.unsubscribe()  # out of the group a while, as a fenced replica is
+        partitions = relay.op_partitions
+        partitions.consumer.unsubscribe()  # out of the group a while, as a fenced replica is
         wait_for(lambda: relay.pump(0.2) is not None and not relay.partitions, what="revoked")
         with relay_of(t) as other:  # the group's only member meanwhile
             decide(t, late, at["l"], COMMIT)
             drain(other)
         assert published(t) == Counter({early.transaction_id: 1, late.transaction_id: 1})
-        relay._consumer.subscribe(
-            [t.names.op], on_assign=relay._on_assign, on_revoke=relay._on_revoke
+        partitions.consumer.subscribe(
+            [t.names.op], on_assign=partitions.on_assign, on_revoke=partitions.on_revoke
         )
         wait_for(lambda: relay.pump(0.2) is not None and len(relay.partitions) == 3, what="back")
         decide(t, late, at["l"], COMMIT)  # the other replica published it: nothing
@@ -737,7 +736,7 @@ class AbortHangsOnce:
 
 
 def test_a_relay_whose_abort_hangs_gives_up_on_it_at_the_transaction_deadline(
-    outbox_topics: OutboxTopics,
+    outbox_topics: OutboxTopics, monkeypatch: pytest.MonkeyPatch
 ):
     """After a failed batch the relay aborts it; an abort that cannot reach the coordinator
     is given up at the transaction deadline and a fresh producer fences it instead, so
@@ -745,13 +744,13 @@ def test_a_relay_whose_abort_hangs_gives_up_on_it_at_the_transaction_deadline(
     t = outbox_topics
     transactional_id = f"{t.names.prefix}.relay.abort-{uuid.uuid4().hex[:6]}"
 
-    class Hanging(Relay):
-        def _new_producer(self):
-            producer = super()._new_producer()
-            return producer if AbortHangsOnce.hung_for is not None else AbortHangsOnce(producer)
+    def hanging(config: dict) -> Producer | AbortHangsOnce:
+        producer = Producer(config)
+        return producer if AbortHangsOnce.hung_for is not None else AbortHangsOnce(producer)
 
     AbortHangsOnce.hung_for = None
-    relay = a_relay(Hanging, t, transactional_id, timeout=30.0)
+    monkeypatch.setattr(relay_transaction, "Producer", hanging)  # the relay's producers
+    relay = a_relay(t, transactional_id, timeout=30.0)
     try:
         wait_for(lambda: relay.pump(0.2) is not None and len(relay.partitions) == 3, what="owns")
         half = pending_half(t, f"abort-{uuid.uuid4().hex[:6]}")
@@ -852,8 +851,9 @@ def test_an_idle_relay_serves_its_watermark_clients_log_lines(outbox_topics: Out
     logger.propagate = False
     gone = f"127.0.0.1:{free_port('127.0.0.1')}"  # nothing listens: refused at once
     with relay_of(outbox_topics) as relay:
-        relay._watermarks.close()
-        relay._watermarks = watermark_client({"bootstrap.servers": gone, "logger": logger})
+        relay.lookups.use_watermark_client(
+            watermark_client({"bootstrap.servers": gone, "logger": logger})
+        )
         deadline = time.monotonic() + 10
         while not lines and time.monotonic() < deadline:
             relay.pump(0.2)  # nothing to relay: idle cycles
@@ -871,13 +871,13 @@ def test_a_batch_of_new_halves_on_several_partitions_asks_their_ends_together(
     when that fails."""
     t = outbox_topics
     asked_alone: list[int] = []
-    real_watermarks = relay_module.watermarks
+    real_watermarks = relay_lookups.watermarks
 
     def counting(client, partition, timeout):
         asked_alone.append(partition.partition)
         return real_watermarks(client, partition, timeout)
 
-    monkeypatch.setattr(relay_module, "watermarks", counting)
+    monkeypatch.setattr(relay_lookups, "watermarks", counting)
     halves = [pending_half(t, f"tail-{p}-{uuid.uuid4().hex[:6]}") for p in range(3)]
     with relay_of(t) as relay:
         drain(relay, quiet_seconds=0.5)
@@ -908,10 +908,10 @@ def test_a_relay_that_cannot_put_its_partitions_back_reads_on_with_a_fresh_consu
     for minutes). Past ``silence_seconds`` it takes a fresh consumer, as for a silent one."""
     t = outbox_topics
     with relay_of(t, silence_seconds=1.0) as relay:
-        stuck = relay._consumer
+        stuck = relay.op_partitions.consumer
         stuck.unassign()  # what the failed assignment left: every seek refused
         for partition in relay.partitions:
-            relay._stand_aside(partition)
+            relay.op_partitions.stand_aside(partition)
         half = pending_half(t, "after-the-stand-aside")
         decide(t, half, write_half(t, half), COMMIT)
         deadline = time.monotonic() + 60
@@ -919,5 +919,5 @@ def test_a_relay_that_cannot_put_its_partitions_back_reads_on_with_a_fresh_consu
             assert time.monotonic() < deadline, "the partitions standing aside never came back"
             relay.pump(0.2)
         drain(relay)
-        assert relay._consumer is not stuck
+        assert relay.op_partitions.consumer is not stuck
     assert published(t) == Counter({half.transaction_id: 1})

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 from confluent_kafka import Producer
-from outbox_checker import relay as relay_module
+from outbox_checker import relay_transaction
 from outbox_checker.transactional import RETRY_BACKOFF_MS, transactional_config
 
 from tests.checker.test_relay import relay_of
@@ -47,7 +47,7 @@ def test_the_relay_and_the_round_start_their_producers_with_the_short_back_off(
             started.append(dict(config))
             super().__init__(config)
 
-    monkeypatch.setattr(relay_module, "Producer", Recorded)
+    monkeypatch.setattr(relay_transaction, "Producer", Recorded)
     with relay_of(outbox_topics):
         pass
     writer = new_writer(outbox_topics, producer_factory=Recorded)
