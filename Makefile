@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: install kafka-jars demo chaos test lint format clean bench bench-producer bench-checker spark-jars bench-sink bench-parking model docs test-cluster test-long
+.PHONY: install kafka-jars demo chaos test lint format clean bench bench-producer bench-checker spark-jars bench-sink bench-parking bench-peer model docs test-cluster test-long
 
 # The library with its test extras, and next to it the developer tooling
 # (devtools/: local runtimes, demo, chaos, pytest plugin), which is not in the
@@ -61,6 +61,11 @@ bench-sink: kafka-jars spark-jars
 bench-parking: kafka-jars
 	$(BIN)/python -m bench.parking $(BENCH_ARGS)
 
+# Us against faststream-outbox, a polling outbox: the same service on a local PostgreSQL
+# and broker; requests/s, CPU a request, commit-to-visible, the database's cost.
+bench-peer: kafka-jars
+	$(BIN)/python -m bench.peer $(BENCH_ARGS)
+
 # The Hypothesis models, far longer than the suite's short runs: the protocol (tests/model)
 # and the ways services use SQLAlchemy sessions around joined sends (real broker and databases).
 MODEL_EXAMPLES ?= 5000
@@ -86,7 +91,7 @@ test: kafka-jars spark-jars lint
 test-long: kafka-jars spark-jars
 	$(BIN)/pytest -m long_proof
 
-# The three-node failover proofs kept out of `make test` while they stall intermittently.
+# The three-node failover proofs alone (they run in `make test` too).
 test-cluster: kafka-jars spark-jars
 	$(BIN)/pytest -m cluster_proof
 

@@ -8,6 +8,10 @@ keeps the sets of figures comparable (the visible bench's throughput is set
 against the producer bench's plain sends). The benches use topics of their own
 names, so they do not see each other's records.
 
+:mod:`bench.peer` (us against faststream-outbox, a polling outbox) runs on the
+shared broker after them, with a local PostgreSQL of its own; like the parking
+bench, its verdict and summary keys appear only when it runs (``--skip-peer``).
+
 :mod:`bench.parking` comes last, on a broker of its own that it starts once the
 shared one is gone: it freezes (or stops) the broker it measures, which would
 wreck a broker the other benches share, and a broker given by
@@ -19,7 +23,7 @@ summary keys it wrote before the bench existed.
 Each bench is configured by its own command line parser (its defaults, its
 checks), fed ``--quick``'s small counts and then whatever ``--producer-args``,
 ``--checker-args``, ``--relay-args``, ``--visible-args`` or ``--sink-args``
-say (and ``--parking-args``), so every knob of a bench is
+say (and ``--peer-args``, ``--parking-args``), so every knob of a bench is
 reachable here without being declared twice. A bad flag fails before the
 broker starts. Each bench prints its progress and its own table as it runs;
 then comes one table of the headline figures, ``bench/results/all.json``
@@ -43,7 +47,7 @@ from typing import Any, Protocol, TypeVar
 
 from rich.console import Console
 
-from bench import checker, parking, producer, relay, sink, visible
+from bench import checker, parking, peer, peer_table, producer, relay, sink, visible
 from bench.all_table import Options, Results, ratio_to, results_table
 from bench.common import (
     bench_main,
@@ -67,6 +71,7 @@ QUICK_ARGS: dict[str, list[str]] = {
     "relay": ["--commits", "5000"],
     "visible": ["--seconds", "2", "--warmup", "0.5"],
     "sink": ["--events", "2000", "--live-seconds", "5", "--rate", "50"],
+    "peer": ["--quick"],
     "parking": ["--quick"],
 }
 """``--quick``: a smoke run of a few minutes that exercises every figure, not a measurement."""
@@ -133,6 +138,12 @@ def _shared_stages(options: Options) -> list[tuple[str, str, Any, Callable[..., 
             visible.measure,
         ),
         ("sink", "Spark sink rows/s (--once), commit-to-row delay", options.sink, sink.measure),
+        (
+            "peer",
+            "us against faststream-outbox, a polling outbox, on a local PostgreSQL",
+            options.peer,
+            peer.measure,
+        ),
     ]
     return [stage for stage in stages if stage[2] is not None]
 
@@ -276,7 +287,30 @@ def _summary(results: Results, options: Options) -> list[tuple[str, float | None
         ("sink_rows_per_s", s.throughput.rows_per_s if s else None, ".0f"),
         ("sink_delay_p50_ms", s.delay.delay_p50_ms if s else None, ".0f"),
         ("sink_delay_p99_ms", s.delay.delay_p99_ms if s else None, ".0f"),
+        *_peer_summary(results, options),
         *_parking_summary(results, options),
+    ]
+
+
+PEER_SUMMARY = ("requests_per_s", "visible_p99_ms", "cpu_us_per_request", "wal_bytes")
+"""The peer bench's figures in the last line, for each side at its highest concurrency."""
+
+
+def _peer_summary(results: Results, options: Options) -> list[tuple[str, float | None, str]]:
+    """The peer bench's headline keys, when it was to run (as the parking bench's)."""
+    if options.peer is None:
+        return []
+    top = max(options.peer.concurrency)
+    cells = {(c.side, c.concurrency): c for c in results.peer.cells} if results.peer else {}
+    specs = dict(peer_table.FIGURES)
+    return [
+        (
+            peer_table.summary_key(side, name, top),
+            getattr(cells.get((side, top)), name, None),
+            specs[name],
+        )
+        for side in options.peer.sides
+        for name in PEER_SUMMARY
     ]
 
 
@@ -331,6 +365,11 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
     parser.add_argument("--skip-visible", action="store_true")
     parser.add_argument("--skip-sink", action="store_true", help="no Spark")
     parser.add_argument(
+        "--skip-peer",
+        action="store_true",
+        help="not against faststream-outbox (it starts a local PostgreSQL)",
+    )
+    parser.add_argument(
         "--skip-parking",
         action="store_true",
         help="no broker fault (the parking bench freezes a broker of its own)",
@@ -368,6 +407,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         relay=configured("relay", relay.parse_args),
         visible=configured("visible", visible.parse_args),
         sink=configured("sink", sink.parse_args),
+        peer=configured("peer", peer.parse_args),
         parking=configured("parking", parking.parse_args),
         parking_skipped_why=why,
         argv=bench_argv,

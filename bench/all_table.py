@@ -15,14 +15,21 @@ from pathlib import Path
 
 from rich.table import Table
 
-from bench import aims, checker, parking, producer, relay, sink, visible
+from bench import aims, checker, parking, peer, producer, relay, sink, visible
 from bench.parking_table import AIM_PARKED_TO_VISIBLE_S, ratio
+from bench.peer_table import SIDE_NAMES
 
 AnyReport = (
-    producer.Report | checker.Report | relay.Report | visible.Report | sink.Report | parking.Report
+    producer.Report
+    | checker.Report
+    | relay.Report
+    | visible.Report
+    | sink.Report
+    | peer.Report
+    | parking.Report
 )
 
-ONLY_WHEN_RUN = ("parking",)
+ONLY_WHEN_RUN = ("peer", "parking")
 """Benches whose verdict (and summary keys) appear only when they were to run: a run
 without them writes what it wrote before they existed (see :mod:`bench.all`)."""
 
@@ -41,6 +48,8 @@ class Options:
     quick: bool
     bootstrap_servers: str | None
     json_path: Path
+    peer: peer.Options | None = None
+    """Us against faststream-outbox, on the shared broker (:mod:`bench.peer`)."""
     parking: parking.Options | None = None
     """On a broker of its own, after the others (:mod:`bench.parking`)."""
     parking_skipped_why: str | None = None
@@ -56,6 +65,7 @@ class Results:
     relay: relay.Report | None = None
     visible: visible.Report | None = None
     sink: sink.Report | None = None
+    peer: peer.Report | None = None
     parking: parking.Report | None = None
     bootstrap: str | None = None
     """The shared broker's address (``None``: no shared bench ran)."""
@@ -72,6 +82,7 @@ class Results:
             "relay": self.relay,
             "visible": self.visible,
             "sink": self.sink,
+            "peer": self.peer,
             "parking": self.parking,
         }
 
@@ -140,6 +151,7 @@ def results_table(results: Results, options: Options, verdicts: dict[str, str]) 
             _visible_rows(results.visible, results.producer, options.visible),
         ),
         ("sink", "Spark → Parquet", _sink_rows(results.sink, options.sink)),
+        ("peer", "faststream-outbox", _peer_rows(results.peer, options.peer)),
         ("parking", "a broker of its own", _parking_rows(results.parking, options.parking)),
     ]
     for name, about, rows in sections:
@@ -416,3 +428,35 @@ def _parking_rows(report: parking.Report | None, options: parking.Options | None
             exact,
         ),
     ]
+
+
+def _peer_rows(report: peer.Report | None, options: peer.Options | None) -> list[Row]:
+    """Each side at the highest concurrency: requests/s, visible p99, CPU and WAL a request."""
+    if report is None or options is None:
+        return []
+    top = max(options.concurrency)
+    rows: list[Row] = []
+    for side in options.sides:
+        cell = report.of(side, top)
+        if cell is None:
+            continue
+        rows.append(
+            (
+                f"{SIDE_NAMES[side]}: req/s; visible p99 ms",
+                f"{_num(cell.requests_per_s)}; {_num(cell.visible_p99_ms, ',.1f')}",
+                "",
+                f"at {top} concurrent requests; {_num(cell.cpu_us_per_request)} µs CPU and "
+                f"{_num(cell.wal_bytes)} B WAL a request",
+            )
+        )
+    missing = sum(c.missing + c.warmup_missing for c in report.cells)
+    duplicates = sum(c.duplicates + c.warmup_duplicates for c in report.cells)
+    rows.append(
+        (
+            "committed requests missing / dup",
+            f"{missing} / {duplicates}",
+            "all 0",
+            "[green]ok[/]" if report.ok else "[red]FAILED[/] (see above)",
+        )
+    )
+    return rows

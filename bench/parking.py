@@ -57,6 +57,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka import Message as KafkaMessage
 from confluent_kafka.admin import AdminClient
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -160,12 +161,27 @@ class Orders:
             return set(connection.execute(query).scalars())
 
 
+def transaction_id_of(message: KafkaMessage) -> str | None:
+    """The transaction id a real record carries in its headers."""
+    for key, value in message.headers() or ():
+        if key == _TXN_HEADER and value is not None:
+            return value.decode()
+    return None
+
+
 class Reader:
     """A ``read_committed`` reader of the real topic: how often, and first when, each
-    transaction id showed. Assigned every partition, in no group, so the broker's fault
-    costs it no rejoin of its own."""
+    transaction id (or what ``key`` reads off a record) showed. Assigned every partition,
+    in no group, so the broker's fault costs it no rejoin of its own."""
 
-    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        partitions: int,
+        key: Callable[[KafkaMessage], str | None] = transaction_id_of,
+    ) -> None:
+        self._key = key
         self.seen: Counter[str] = Counter()
         self.first: dict[str, float] = {}
         self._stop = threading.Event()
@@ -190,11 +206,10 @@ class Reader:
             if message is None or message.error() is not None:
                 continue
             now = time.monotonic()
-            for key, value in message.headers() or ():
-                if key == _TXN_HEADER and value is not None:
-                    self.seen[value.decode()] += 1
-                    self.first.setdefault(value.decode(), now)
-                    break
+            key = self._key(message)
+            if key is not None:
+                self.seen[key] += 1
+                self.first.setdefault(key, now)
 
     def close(self) -> None:
         self._stop.set()

@@ -2,8 +2,9 @@
 
 Not a measurement: it proves that the benches run on a broker they are given,
 hand their results back, and that the one table, the JSON and the last line
-carry them. The sink (Spark) and the checker's RSS walk are skipped to keep
-it within seconds; ``make bench`` runs them.
+carry them. The sink (Spark), the checker's RSS walk and the peer bench (its own
+PostgreSQL; tests/bench/test_peer.py runs it) are skipped to keep it within
+seconds; ``make bench`` runs them.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ def test_bench_all_on_the_test_broker(kafka_bootstrap: str, tmp_path: Path) -> N
             "--quick",
             "--skip-sink",
             "--skip-rss",
+            "--skip-peer",
             "--bootstrap-servers",
             kafka_bootstrap,
             "--producer-args=--senders 1,4 --seconds 1 --warmup 0.5",
