@@ -84,13 +84,14 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient
+from outbox_checker.errors import ResumeFencedError
 from outbox_checker.kafka_reader import end_offsets
 from outbox_checker.relay import real_record_problem
 from outbox_checker.transactional import remember_offset, transactional_config
 
 from outbox.access import principal_of
 from outbox.config import KafkaSettings
-from outbox.errors import KafkaUnavailableError, OutboxError, TopicAdminError
+from outbox.errors import KafkaUnavailableError, TopicAdminError
 from outbox.protocol import (
     DiscardReason,
     DiscardRecord,
@@ -123,10 +124,6 @@ SETTLE_PAUSE = 0.1
 _MISMATCH_DETAIL = "which belongs to transaction"
 """In the detail of an unpublishable discard an older relay wrote with another transaction's
 half (an op naming a half that was not its own): never publishable as the committed one."""
-
-
-class ResumeFencedError(OutboxError):
-    """Another ``outbox discard resume`` started meanwhile and took over."""
 
 
 def resume_transactional_id(topics: TopicNames) -> str:

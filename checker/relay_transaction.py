@@ -17,7 +17,8 @@ from typing import Any
 
 from confluent_kafka import KafkaException, Producer, TopicPartition
 from outbox_checker import metrics
-from outbox_checker.watchdog import StuckError, call_with_deadline
+from outbox_checker.errors import StuckError
+from outbox_checker.watchdog import call_with_deadline
 
 from outbox.acked_writer import produce_when_room
 from outbox.errors import KafkaUnavailableError

@@ -23,10 +23,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from outbox_checker.errors import FencedError
 from outbox_checker.rules import Discard, HalfEntry, RoundChunk
 from outbox_checker.transactional import remember_offset, transactional_config
 
-from outbox.errors import KafkaUnavailableError, OutboxError
+from outbox.errors import KafkaUnavailableError
 from outbox.protocol import (
     CheckRequest,
     DiscardReason,
@@ -73,10 +74,6 @@ def decode_checkpoint(metadata: str | None) -> int | None:
     if metadata and metadata.startswith(_OP_KEY) and metadata[len(_OP_KEY) :].isdigit():
         return int(metadata[len(_OP_KEY) :])
     return None
-
-
-class FencedError(OutboxError):
-    """Another replica owns the partition now; this round's chunk was not written."""
 
 
 @dataclass

@@ -25,16 +25,13 @@ from outbox_checker import metrics
 from outbox_checker.check_topics import CheckTopics
 from outbox_checker.checkpoints import Checkpoint, CheckpointLoader
 from outbox_checker.ended import EndedTransactions
+from outbox_checker.errors import FencedError
 from outbox_checker.kafka_reader import KafkaPartitionReader, TopicCursor
 from outbox_checker.membership import process_instance_id
 from outbox_checker.ownership import HalfOwnership
 from outbox_checker.parked import DrainReport, DrainSchedule, DrainTrigger, ParkedDrain
 from outbox_checker.relay import Relay, RelaySettings, relay_group, relay_transactional_id
-from outbox_checker.round_writer import (
-    FencedError,
-    PendingChunk,
-    RoundWriter,
-)
+from outbox_checker.round_writer import PendingChunk, RoundWriter
 from outbox_checker.rules import RoundChunk, RoundRules, iter_round
 from outbox_checker.settings import CheckerSettings
 from sqlalchemy.exc import SQLAlchemyError

@@ -15,13 +15,9 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
-from outbox.errors import OutboxError
+from outbox_checker.errors import StuckError
 
 T = TypeVar("T")
-
-
-class StuckError(OutboxError):
-    """The call did not return by its deadline; it goes on in its abandoned thread."""
 
 
 def call_with_deadline(call: Callable[[], T], seconds: float, name: str) -> T:

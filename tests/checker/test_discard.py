@@ -13,13 +13,8 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from outbox_checker import discard as discard_module
-from outbox_checker.discard import (
-    RESUMED_KIND,
-    ResumeFencedError,
-    ResumeMarker,
-    read_discards,
-    resume_discards,
-)
+from outbox_checker.discard import RESUMED_KIND, ResumeMarker, read_discards, resume_discards
+from outbox_checker.errors import ResumeFencedError
 
 from outbox.admin import ensure_topics, plan_topics
 from outbox.config import KafkaSettings

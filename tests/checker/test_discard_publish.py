@@ -18,7 +18,8 @@ import time
 import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
-from outbox_checker.discard import ResumeFencedError, read_discards, resume_discards
+from outbox_checker.discard import read_discards, resume_discards
+from outbox_checker.errors import ResumeFencedError
 
 from outbox.config import KafkaSettings
 from outbox.protocol import DiscardReason, OpRecord, RealRecord, Resolution

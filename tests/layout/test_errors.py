@@ -42,9 +42,18 @@ def _defined_errors() -> dict[str, type[BaseException]]:
 
 def test_every_error_defined_is_an_outbox_error() -> None:
     errors = _defined_errors()
-    assert "outbox_checker.round_writer.FencedError" in errors  # the walk reaches the checker
+    assert "outbox_checker.errors.FencedError" in errors  # the walk reaches the checker
     outside = sorted(name for name, error in errors.items() if not issubclass(error, OutboxError))
     assert not outside, f"errors outside the OutboxError tree: {outside}"
+
+
+def test_the_checkers_errors_live_in_one_module() -> None:
+    elsewhere = sorted(
+        name
+        for name in _defined_errors()
+        if name.startswith("outbox_checker.") and not name.startswith("outbox_checker.errors.")
+    )
+    assert not elsewhere, f"checker errors outside outbox_checker.errors: {elsewhere}"
 
 
 def test_protocol_errors_are_outbox_errors_and_value_errors() -> None:
