@@ -7,7 +7,7 @@ is a per-partition figure):
   idempotent producer. Ages count from the broker's store time, so the walk
   starts once the last half is older than the transaction timeout: every one is
   due, and no round stops at a half still young (which would measure waiting).
-  :class:`checker.service.Checker` then runs rounds in-process, back to back,
+  :class:`outbox_checker.service.Checker` then runs rounds in-process, back to back,
   until its half checkpoint has passed the backlog. The figure is the
   checker's alone: check requests sent per second of round time
   (``RoundReport.seconds``, so joining the group is not counted).
@@ -51,7 +51,6 @@ from typing import Any
 import confluent_kafka
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
-from outbox_checker.settings import CheckerSettings
 from rich.console import Console
 
 from bench.aims import AIM_HALVES_PER_S, AIM_RSS_MB
@@ -73,6 +72,7 @@ from outbox.admin import TopicSpec, ensure_topics, plan_topics
 from outbox.config import kafka_client_config
 from outbox.protocol import HalfRecord, TopicNames
 from outbox.reading import read_topic
+from outbox_checker.settings import CheckerSettings
 from outbox_devtools.kafka import KAFKA_VERSION
 
 GROUP = "bench-checker"

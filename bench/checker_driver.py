@@ -27,13 +27,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from outbox_checker.service import Checker, freeze_startup_heap
-from outbox_checker.settings import CheckerSettings
-
 from outbox.config import parse_properties
 from outbox.message import LocalTransactionState, Message
 from outbox.producer import TransactionProducer
 from outbox.settings import ProducerSettings
+from outbox_checker.service import Checker, freeze_startup_heap
+from outbox_checker.settings import CheckerSettings
 
 
 @dataclass

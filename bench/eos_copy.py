@@ -22,6 +22,7 @@ import threading
 from collections.abc import Sequence
 
 from confluent_kafka import Consumer, Producer, TopicPartition
+
 from outbox_checker.settings import CHECKER_DEFAULTS
 from outbox_checker.transactional import transactional_config
 

@@ -1,6 +1,6 @@
 """How long a checker group leaves partitions without an owner, per group protocol.
 
-Two members built like the checker's (:func:`checker.membership.group_consumer_config`,
+Two members built like the checker's (:func:`outbox_checker.membership.group_consumer_config`,
 its default session timeout), each a process of its own so ``kill -9`` is real, over
 one 8-partition topic on a local broker. Scenarios, each repeated:
 
@@ -41,6 +41,7 @@ def member_main(bootstrap: str, topic: str, group: str, instance: str, protocol:
     a fresh consumer with the same instance id.
     """
     from confluent_kafka import Consumer
+
     from outbox_checker.membership import group_consumer_config
     from outbox_checker.settings import CHECKER_DEFAULTS
 

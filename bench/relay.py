@@ -1,10 +1,10 @@
 """``python -m bench.relay``: commits/s the relay publishes from ONE half partition.
 
-The relay (:mod:`checker.relay`) is the one publisher of real records: each
+The relay (:mod:`outbox_checker.relay`) is the one publisher of real records: each
 commit decision costs a half lookup, a decode and a transactional produce. To
 time that alone, N halves and one COMMIT op each are written first (topics of
 one partition, as the producer and a check answer write them), then an
-in-process :class:`checker.relay.Relay` is pumped from its first decision to the
+in-process :class:`outbox_checker.relay.Relay` is pumped from its first decision to the
 last real record committed. Afterwards the real topic must hold exactly N
 records: a relay that drops or doubles a commit fails the bench, whatever its
 speed. ``--profile`` runs the relay under cProfile and prints the top of it.
@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
-from outbox_checker.relay import Relay, RelaySettings
 from rich.console import Console
 
 from bench.checker import GROUP, CpuWindow, drop_topics, fresh_topics
@@ -33,6 +32,7 @@ from bench.common import bench_main, run_on_broker
 from outbox.acked_writer import produce_when_room
 from outbox.config import kafka_client_config
 from outbox.protocol import HalfRecord, OpRecord, Resolution, TopicNames
+from outbox_checker.relay import Relay, RelaySettings
 
 
 @dataclass

@@ -52,7 +52,6 @@ from urllib.parse import urlparse
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
-from outbox_checker.relay import Relay
 from rich.console import Console
 
 from bench.common import (
@@ -82,6 +81,7 @@ from outbox.message import EndStatus, LocalTransactionState, Message
 from outbox.producer import TransactionProducer
 from outbox.protocol import Header, TopicNames
 from outbox.settings import ProducerSettings
+from outbox_checker.relay import Relay
 from outbox_devtools.kafka import KAFKA_VERSION
 
 PREFIX = "bench-sink"

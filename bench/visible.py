@@ -45,7 +45,6 @@ from typing import IO, Any
 
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
-from outbox_checker import metrics
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 from rich.console import Console
@@ -60,6 +59,7 @@ from outbox.errors import HalfWriteError
 from outbox.message import EndStatus
 from outbox.protocol import Header, OutgoingRecord, TopicNames
 from outbox.settings import ProducerSettings
+from outbox_checker import metrics
 from outbox_devtools.processes import free_port
 
 GROUP = "bench-visible"

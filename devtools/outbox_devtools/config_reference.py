@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from outbox_checker.settings import CheckerSettings
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings
 
 from outbox.config import RENAMED_VARIABLES, KafkaSettings, env_names
 from outbox.durations import duration_unit, format_duration, in_seconds
 from outbox.settings import ProducerSettings
+from outbox_checker.settings import CheckerSettings
 from outbox_devtools.chaos.settings import ChaosSettings
 from spark_sink.settings import SinkSettings
 

@@ -11,12 +11,12 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient
-from outbox_checker.service import Checker
-from outbox_checker.settings import CheckerSettings
 
 from outbox.admin import TopicSpec, ensure_topics
 from outbox.config import KAFKA_LOGGER_NAME
 from outbox.protocol import CheckRequest, DiscardRecord, HalfRecord, OutgoingRecord
+from outbox_checker.service import Checker
+from outbox_checker.settings import CheckerSettings
 from tests.producer.conftest import OutboxTopics
 
 _log = logging.getLogger(__name__)

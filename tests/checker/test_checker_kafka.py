@@ -11,8 +11,6 @@ import time
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
-from outbox_checker.membership import ASSIGNMENT_STRATEGY
-from outbox_checker.round_writer import decode_checkpoint
 from prometheus_client import REGISTRY
 
 from outbox import LocalTransactionState, Message, TransactionProducer
@@ -24,6 +22,8 @@ from outbox.protocol import (
     RealRecord,
     Resolution,
 )
+from outbox_checker.membership import ASSIGNMENT_STRATEGY
+from outbox_checker.round_writer import decode_checkpoint
 from tests.checker.support import (
     SkewedClock,
     check_requests,

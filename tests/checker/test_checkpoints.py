@@ -2,11 +2,11 @@
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
-from outbox_checker.checkpoints import RETRIABLE_ATTEMPTS, CheckpointLoader
-from outbox_checker.ended import EndedTransactions
 
 from outbox.errors import KafkaUnavailableError
 from outbox.protocol import TopicNames
+from outbox_checker.checkpoints import RETRIABLE_ATTEMPTS, CheckpointLoader
+from outbox_checker.ended import EndedTransactions
 
 
 class RefusingConsumer:

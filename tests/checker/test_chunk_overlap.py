@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
+
+from outbox.errors import KafkaUnavailableError
 from outbox_checker import service
 from outbox_checker.round_writer import OFFSETS_DEADLINE_SECONDS
 from outbox_checker.rules import RoundChunk
-
-from outbox.errors import KafkaUnavailableError
 from tests.checker.support import (
     SkewedClock,
     check_requests,

@@ -9,9 +9,9 @@ import time
 
 import pytest
 from confluent_kafka.admin import AdminClient
-from outbox_checker.settings import CheckerSettings
 
 from outbox.config import KAFKA_LOGGER_NAME
+from outbox_checker.settings import CheckerSettings
 
 
 def _first_version_request_failure(settings: CheckerSettings, caplog, seconds: float) -> str:

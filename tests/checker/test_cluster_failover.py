@@ -21,13 +21,13 @@ from dataclasses import dataclass
 
 import pytest
 from confluent_kafka.admin import AdminClient
-from outbox_checker.relay import RelaySettings, relay_group, relay_transactional_id
-from outbox_checker.service import Checker
-from outbox_checker.settings import CheckerSettings
 
 from outbox import LocalTransactionState, Message, TransactionProducer
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
 from outbox.protocol import RealRecord, TopicNames
+from outbox_checker.relay import RelaySettings, relay_group, relay_transactional_id
+from outbox_checker.service import Checker
+from outbox_checker.settings import CheckerSettings
 from outbox_devtools.kafka import LocalKafka, LocalKafkaCluster
 from tests.checker.support import wait_for
 from tests.producer.conftest import OutboxTopics, ScriptedListener

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
+
 from outbox_checker.decision_memory import MAX_INDEX, DecisionMemory, SharedScan
 
 

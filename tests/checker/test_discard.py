@@ -12,9 +12,6 @@ import time
 import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
-from outbox_checker import discard as discard_module
-from outbox_checker.discard import RESUMED_KIND, ResumeMarker, read_discards, resume_discards
-from outbox_checker.errors import ResumeFencedError
 
 from outbox.admin import ensure_topics, plan_topics
 from outbox.config import KafkaSettings
@@ -31,6 +28,9 @@ from outbox.protocol import (
     TopicNames,
 )
 from outbox.reading import read_topic
+from outbox_checker import discard as discard_module
+from outbox_checker.discard import RESUMED_KIND, ResumeMarker, read_discards, resume_discards
+from outbox_checker.errors import ResumeFencedError
 from tests.fixtures.reports import reports_without_offsets
 
 pytestmark = pytest.mark.kafka

@@ -18,11 +18,11 @@ import time
 import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
-from outbox_checker.discard import read_discards, resume_discards
-from outbox_checker.errors import ResumeFencedError
 
 from outbox.config import KafkaSettings
 from outbox.protocol import DiscardReason, OpRecord, RealRecord, Resolution
+from outbox_checker.discard import read_discards, resume_discards
+from outbox_checker.errors import ResumeFencedError
 from tests.checker.support import pending_half, wait_for, write
 from tests.fixtures.kafka import set_topic_config
 from tests.fixtures.relay import running_relay

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 from confluent_kafka import TopicPartition
+
 from outbox_checker.half_lookup import HalfLookup
 from outbox_checker.kafka_reader import TopicCursor
-
 from tests.checker.support import pending_half, write
 from tests.producer.conftest import OutboxTopics
 

@@ -7,11 +7,11 @@ import time
 import pytest
 from confluent_kafka import IsolationLevel, TopicPartition
 from confluent_kafka.admin import AdminClient
-from outbox_checker.kafka_reader import END_OFFSETS_MARGIN_SECONDS, TopicCursor, end_offsets
 
 from outbox.admin import TopicSpec, ensure_topics
 from outbox.errors import KafkaUnavailableError
 from outbox.protocol import OutgoingRecord
+from outbox_checker.kafka_reader import END_OFFSETS_MARGIN_SECONDS, TopicCursor, end_offsets
 from tests.checker.support import write
 from tests.producer.conftest import OutboxTopics
 

@@ -14,10 +14,10 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, IsolationLevel, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from outbox_checker.kafka_reader import EndOffsetClient
 
 from outbox.errors import KafkaUnavailableError
 from outbox.reading import watermarks
+from outbox_checker.kafka_reader import EndOffsetClient
 from outbox_devtools.kafka import LocalKafkaCluster
 
 pytestmark = [pytest.mark.kafka, pytest.mark.cluster_proof]

@@ -14,9 +14,9 @@ import time
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from outbox_checker.membership import ASSIGNMENT_STRATEGY, JoinRefusals, group_consumer_config
 
 from outbox.config import kafka_client_config
+from outbox_checker.membership import ASSIGNMENT_STRATEGY, JoinRefusals, group_consumer_config
 from tests.checker.support import wait_for
 
 PARTITIONS = 4

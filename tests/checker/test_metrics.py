@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections import Counter
 
+from prometheus_client import REGISTRY
+
 from outbox_checker import metrics
 from outbox_checker.rules import RoundChunk
-from prometheus_client import REGISTRY
 
 
 class _Clock:

@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
-from outbox_checker.service import Checker
-from outbox_checker.settings import CheckerSettings
 from prometheus_client import REGISTRY
 
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
 from outbox.errors import KafkaUnavailableError
 from outbox.protocol import TopicNames
+from outbox_checker.service import Checker
+from outbox_checker.settings import CheckerSettings
 from tests.checker.support import (
     SkewedClock,
     check_requests,

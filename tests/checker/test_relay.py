@@ -19,9 +19,6 @@ from typing import ClassVar
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
-from outbox_checker import relay_lookups, relay_partitions, relay_transaction
-from outbox_checker.kafka_reader import watermark_client
-from outbox_checker.relay import BatchReport, Relay, RelaySettings
 from prometheus_client import REGISTRY
 
 from outbox.errors import KafkaUnavailableError
@@ -35,6 +32,9 @@ from outbox.protocol import (
     Resolution,
     murmur2,
 )
+from outbox_checker import relay_lookups, relay_partitions, relay_transaction
+from outbox_checker.kafka_reader import watermark_client
+from outbox_checker.relay import BatchReport, Relay, RelaySettings
 from outbox_devtools.processes import free_port
 from tests.checker.support import pending_half, wait_for, write
 from tests.producer.conftest import OutboxTopics

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 import pytest
+
+from outbox.protocol import Decision, OpRecord, RawRecord, Resolution, TopicNames
 from outbox_checker.decision_memory import DecisionMemory, ReadOps
 from outbox_checker.relay_batch import (
     BatchPlan,
@@ -17,8 +19,6 @@ from outbox_checker.relay_batch import (
     decode_op,
     shared_scans,
 )
-
-from outbox.protocol import Decision, OpRecord, RawRecord, Resolution, TopicNames
 
 NAMES = TopicNames("relay-batch")
 COMMIT, ROLLBACK = Resolution.COMMIT, Resolution.ROLLBACK

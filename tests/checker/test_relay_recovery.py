@@ -14,6 +14,9 @@ import uuid
 import pytest
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from outbox.config import kafka_client_config
+from outbox.protocol import OpRecord, RealRecord, Resolution
 from outbox_checker.membership import (
     FENCES_LIMIT,
     FENCES_WINDOW_SECONDS,
@@ -24,9 +27,6 @@ from outbox_checker.membership import (
 )
 from outbox_checker.relay import relay_group
 from outbox_checker.settings import platform_instance_id
-
-from outbox.config import kafka_client_config
-from outbox.protocol import OpRecord, RealRecord, Resolution
 from tests.checker.support import pending_half, wait_for, write
 from tests.checker.test_checker_processes import CheckerProcess
 from tests.producer.conftest import OutboxTopics

@@ -17,9 +17,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
+
 from outbox_checker.service import Checker
 from outbox_checker.settings import CheckerSettings
-
 from tests.checker.support import check_requests, ensure_check_topic, pending_half, wait_for, write
 from tests.producer.conftest import OutboxTopics
 

@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
-from outbox_checker.round_writer import ChunkResult, RoundWriter
-from outbox_checker.rules import HalfEntry, RoundChunk
 
 from outbox.errors import KafkaUnavailableError
 from outbox.protocol import HalfRecord, OutgoingRecord, RawRecord
 from outbox.topic_catalog import TopicCatalog
+from outbox_checker.round_writer import ChunkResult, RoundWriter
+from outbox_checker.rules import HalfEntry, RoundChunk
 from tests.checker.support import check_requests, ensure_check_topic, pending_half
 from tests.fixtures.reports import reports_without_offsets
 from tests.producer.conftest import OutboxTopics

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+from outbox.protocol import DiscardReason, Header, RawRecord, Resolution
 from outbox_checker.ended import EndedTransactions
 from outbox_checker.rules import RoundRules, StopReason, iter_round, plan_round
-
-from outbox.protocol import DiscardReason, Header, RawRecord, Resolution
 from tests.checker.memory_log import T0, TOPICS, Clock, MemoryLog, a_half
 
 RULES = RoundRules(transaction_timeout_ms=6_000, check_max=3, op_read_batch=2)

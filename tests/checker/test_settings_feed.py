@@ -10,12 +10,12 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from outbox_checker.relay import RelaySettings
-from outbox_checker.rules import RoundRules
-from outbox_checker.settings import CheckerSettings
 
 from outbox import ProducerSettings
 from outbox.protocol import TRANSACTION_TIMEOUT_SECONDS
+from outbox_checker.relay import RelaySettings
+from outbox_checker.rules import RoundRules
+from outbox_checker.settings import CheckerSettings
 
 CHANGED = {
     "transaction_timeout_seconds": 7.5,

@@ -12,16 +12,16 @@ import time
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from outbox_checker.display import format_age
-from outbox_checker.round_writer import encode_checkpoint
-from outbox_checker.service import Checker
-from outbox_checker.settings import CheckerSettings
-from outbox_checker.status import read_status
 
 from outbox.admin import ensure_topics, plan_topics
 from outbox.config import KafkaSettings
 from outbox.errors import TopicAdminError
 from outbox.protocol import HalfRecord, Header, OpRecord, Resolution, TopicNames
+from outbox_checker.display import format_age
+from outbox_checker.round_writer import encode_checkpoint
+from outbox_checker.service import Checker
+from outbox_checker.settings import CheckerSettings
+from outbox_checker.status import read_status
 from tests.checker.support import SkewedClock
 
 pytestmark = pytest.mark.kafka

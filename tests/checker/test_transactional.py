@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 from confluent_kafka import Producer
+
 from outbox_checker import relay_transaction
 from outbox_checker.transactional import RETRY_BACKOFF_MS, transactional_config
-
 from tests.checker.test_relay import relay_of
 from tests.checker.test_round_writer import new_writer
 from tests.producer.conftest import OutboxTopics

@@ -6,9 +6,9 @@ import os
 
 import pytest
 import typer
-from outbox_checker.settings import CheckerSettings
 
 import outbox.config
+from outbox_checker.settings import CheckerSettings
 from outbox_cli.settings_flags import settings_command
 
 

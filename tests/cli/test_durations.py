@@ -8,12 +8,12 @@ no duration is one line naming the flag (or variable) and the value.
 from __future__ import annotations
 
 import pytest
-from outbox_checker.settings import CheckerSettings
 from typer.testing import CliRunner
 
 from outbox.durations import DurationError, format_duration, parse_duration
 from outbox.errors import ConfigurationError
 from outbox.settings import ProducerSettings
+from outbox_checker.settings import CheckerSettings
 from tests.cli.support import outbox
 
 HINT = "(use 500ms, 10s, 5m, 1d12h)"

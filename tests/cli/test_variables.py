@@ -13,10 +13,10 @@ import sqlite3
 import subprocess
 from pathlib import Path
 
-from outbox_checker.settings import CheckerSettings
 from typer.testing import CliRunner
 
 from outbox.config import RENAMED_VARIABLES
+from outbox_checker.settings import CheckerSettings
 from tests.cli.support import outbox
 
 

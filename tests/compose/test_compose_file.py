@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 import yaml
-from outbox_checker.settings import CheckerSettings
 from sqlalchemy.engine import make_url
 
 from outbox.config import env_names
 from outbox.sql import DATABASE_URL_ENV
+from outbox_checker.settings import CheckerSettings
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yml"

@@ -14,12 +14,12 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import outbox_checker.metrics  # noqa: F401  (registers the checker's metrics)
 import pytest
 import yaml
 from prometheus_client import REGISTRY
 
 import outbox.metrics  # noqa: F401  (registers the producer's metrics)
+import outbox_checker.metrics  # noqa: F401  (registers the checker's metrics)
 
 MONITORING = Path(__file__).resolve().parents[2] / "docs" / "monitoring"
 RULES = MONITORING / "outbox-alerts.yml"

@@ -22,8 +22,8 @@ REPO = Path(__file__).parents[2]
 
 # Each installed package and the packages it may import. The Alembic scripts (the folder
 # migrations/, installed as outbox_migrations) are the SQL listener's schema: one floor
-# with the core, which finds them by that unique name; the checker (the folder checker/)
-# is installed as outbox_checker.
+# with the core, which finds them by that unique name; the checker is outbox_checker
+# (checker/outbox_checker/).
 # The checker's and the sink's command modules use the command line's helpers (outbox_cli),
 # and only those (test_only_command_modules_import_the_command_line); outbox_cli reaches
 # the commands above it through entry points alone.
@@ -36,8 +36,8 @@ MAY_IMPORT: dict[str, set[str]] = {
 }
 ABOVE_THE_CORE = ("outbox_checker", "spark_sink", "outbox_cli", "outbox_devtools", "bench", "tests")
 PACKAGE_DIRS = {name: REPO / name for name in MAY_IMPORT} | {
-    "outbox_migrations": REPO / "migrations",
-    "outbox_checker": REPO / "checker",
+    "outbox_migrations": REPO / "migrations" / "outbox_migrations",
+    "outbox_checker": REPO / "checker" / "outbox_checker",
     "outbox_devtools": REPO / "devtools" / "outbox_devtools",
     "bench": REPO / "bench",
 }

@@ -11,18 +11,18 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
 REPO = Path(__file__).parents[2]
-# Installed name: the repository folder it comes from (migrations/ and checker/ under names
-# of their own).
+# Installed name: the repository folder it comes from, named as it is imported.
 SHIPPED = {
     "outbox": "outbox",
     "outbox_cli": "outbox_cli",
-    "outbox_checker": "checker",
+    "outbox_checker": "checker/outbox_checker",
     "spark_sink": "spark_sink",
-    "outbox_migrations": "migrations",
+    "outbox_migrations": "migrations/outbox_migrations",
 }
 NOT_SHIPPED = (
     "outbox_devtools",
@@ -92,3 +92,12 @@ def test_the_wheel_holds_the_library_and_no_tooling(tmp_path: Path) -> None:
     assert "[kafka_outbox.commands]" in declared
     assert "checker = outbox_checker.cli:register" in declared
     assert "outbox_devtools" not in declared
+
+
+def test_every_package_lives_in_a_folder_of_its_import_name() -> None:
+    """A traceback's ``outbox_checker.relay`` is found at ``checker/outbox_checker/relay.py``:
+    no package is installed under a name its folder does not have."""
+    with (REPO / "pyproject.toml").open("rb") as file:
+        package_dir = tomllib.load(file)["tool"]["setuptools"].get("package-dir", {})
+    renamed = {name: folder for name, folder in package_dir.items() if Path(folder).name != name}
+    assert not renamed, f"packages installed under another name than their folder's: {renamed}"

@@ -1,7 +1,7 @@
 """The checker's Kafka-facing parts, over the model's partitions, so its real code runs.
 
 :class:`ModelProducer` is the round writer's transactional producer: the real
-:class:`~checker.round_writer.RoundWriter` writes each chunk through it, so the
+:class:`~outbox_checker.round_writer.RoundWriter` writes each chunk through it, so the
 copies, check requests, discards and checkpoint the model sees are exactly what
 the writer builds, in one :class:`~tests.model.kafka_lists.Transaction`. It can
 be told to fail (a Kafka error the writer recovers from) or to die (the process
@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import OFFSET_INVALID, KafkaError, KafkaException, TopicPartition
+
+from outbox.protocol import OutgoingRecord, RawRecord, TopicNames
+from outbox.topic_catalog import TopicFacts
 from outbox_checker.checkpoints import Checkpoint, CheckpointLoader
 from outbox_checker.ended import EndedTransactions
 from outbox_checker.round_writer import decode_checkpoint
 from outbox_checker.rules import HalfEntry, OpEntry
-
-from outbox.protocol import OutgoingRecord, RawRecord, TopicNames
-from outbox.topic_catalog import TopicFacts
 from tests.model.kafka_lists import Partition, Transaction
 
 
@@ -163,7 +163,7 @@ class ModelCatalog:
 
 
 class ModelReader:
-    """A :class:`~checker.rules.PartitionReader` over the cluster: committed data only."""
+    """A :class:`~outbox_checker.rules.PartitionReader` over the cluster: committed data only."""
 
     def __init__(self, cluster: Cluster) -> None:
         self._cluster = cluster

@@ -9,13 +9,13 @@ answered from the SQL log, answered twice or lost, discards and their resume,
 the relay consuming decisions, its restarts (the memory rebuilt from its
 committed metadata) and the memory's floor rising past old halves.
 
-They drive the real code: the checker's round rules (:func:`~checker.rules.iter_round`
+They drive the real code: the checker's round rules (:func:`~outbox_checker.rules.iter_round`
 with its op window, remove map, ended set, check max, retention horizon and
-FRESH/YOUNG stops) written by the real :class:`~checker.round_writer.RoundWriter`,
+FRESH/YOUNG stops) written by the real :class:`~outbox_checker.round_writer.RoundWriter`,
 checkpoints loaded and the ended set rebuilt after a restart by the service's
 own methods (:mod:`tests.model.checker_parts`), ``discard resume``'s plan;
-:class:`~checker.decision_memory.DecisionMemory` and
-:class:`~checker.decision_memory.SharedScan` as the relay uses them; and the
+:class:`~outbox_checker.decision_memory.DecisionMemory` and
+:class:`~outbox_checker.decision_memory.SharedScan` as the relay uses them; and the
 SQL listener's execute and check rules on a real (in-memory SQLite) log table.
 Kafka is replaced by lists (:mod:`tests.model.kafka_lists`): what Kafka
 guarantees (order within a partition, atomic transactions, committed reads)
@@ -44,11 +44,6 @@ from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
-from outbox_checker.checkpoints import Checkpoint
-from outbox_checker.decision_memory import DecisionMemory, SharedScan
-from outbox_checker.discard import _plan, discards_of
-from outbox_checker.round_writer import RoundWriter
-from outbox_checker.rules import RoundChunk, RoundRules, StopReason, iter_round
 from sqlalchemy.orm import sessionmaker
 from sqlalchemy.pool import StaticPool
 
@@ -63,6 +58,11 @@ from outbox.protocol import (
 )
 from outbox.sql import SqlTransactionListener
 from outbox.sql.log import transaction_log_table
+from outbox_checker.checkpoints import Checkpoint
+from outbox_checker.decision_memory import DecisionMemory, SharedScan
+from outbox_checker.discard import _plan, discards_of
+from outbox_checker.round_writer import RoundWriter
+from outbox_checker.rules import RoundChunk, RoundRules, StopReason, iter_round
 from tests.model.checker_parts import (
     CheckerProcess,
     Cluster,

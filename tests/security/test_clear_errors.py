@@ -15,8 +15,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from outbox_checker.service import Checker
-from outbox_checker.settings import CheckerSettings
 
 from outbox import (
     HalfWriteError,
@@ -28,6 +26,8 @@ from outbox import (
 from outbox.acls import Acl, checker_acls, producer_acls
 from outbox.errors import ConnectionSecurityError, NotAuthorizedError
 from outbox.reading import read_topic
+from outbox_checker.service import Checker
+from outbox_checker.settings import CheckerSettings
 from tests.producer.conftest import ScriptedListener
 from tests.security.conftest import GROUP, SecureTopics
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 import time
 
 import pytest
-from outbox_checker.service import Checker
-from outbox_checker.settings import CheckerSettings
 
 from outbox import LocalTransactionState, Message, ProducerSettings, TransactionProducer
 from outbox.acls import checker_acls, producer_acls
 from outbox.protocol import RealRecord
 from outbox.reading import read_topic
+from outbox_checker.service import Checker
+from outbox_checker.settings import CheckerSettings
 from tests.checker.support import SkewedClock, wait_for
 from tests.producer.conftest import ScriptedListener
 from tests.security.conftest import GROUP, HALF_PARTITIONS, SecureTopics

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 import typer
-from outbox_checker.settings import CheckerSettings
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from outbox.config import KafkaSettings
 from outbox.errors import ConfigurationError
 from outbox.settings import ProducerSettings
+from outbox_checker.settings import CheckerSettings
 from outbox_cli import app
 from outbox_cli.settings_flags import settings_from_flags
 from outbox_devtools import config_reference

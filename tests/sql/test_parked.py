@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from confluent_kafka.admin import AdminClient
-from outbox_checker.service import Checker
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
@@ -27,6 +26,7 @@ from outbox.admin import TopicSpec, ensure_topics, plan_topics
 from outbox.errors import ConfigurationError, InvalidMessageError
 from outbox.protocol import HalfRecord, OpRecord, RealRecord, Resolution, TopicNames
 from outbox.sql.log import transaction_log_table
+from outbox_checker.service import Checker
 from tests.checker.support import SkewedClock, running_checker, wait_for
 from tests.checker.test_status import outbox
 from tests.producer.conftest import OutboxTopics

@@ -18,9 +18,8 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from outbox_checker import round_writer
-
 from outbox.protocol import CheckRequest, OutgoingRecord
+from outbox_checker import round_writer
 
 ARM_FILE_VARIABLE = "OUTBOX_CHAOS_ARM_FILE"
 MID_CHUNK = "MID-CHUNK"

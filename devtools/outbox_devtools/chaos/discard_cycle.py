@@ -26,7 +26,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from outbox_checker.discard import read_discards
 from sqlalchemy.orm import sessionmaker
 
 from outbox.config import kafka_client_config
@@ -36,6 +35,7 @@ from outbox.producer import TransactionProducer
 from outbox.protocol import TopicNames
 from outbox.settings import ProducerSettings
 from outbox.sql import SqlTransactionListener, create_engine
+from outbox_checker.discard import read_discards
 from outbox_devtools.chaos.worker import place_order
 
 log = logging.getLogger(__name__)

@@ -20,15 +20,15 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from confluent_kafka import OFFSET_INVALID, KafkaError, KafkaException, TopicPartition
-from outbox_checker import metrics
-from outbox_checker.ended import EndedTransactions
-from outbox_checker.round_writer import decode_checkpoint
-from outbox_checker.rules import OpEntry
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_fixed
 
 from outbox.errors import KafkaUnavailableError
 from outbox.protocol import RawRecord, TopicNames
 from outbox.reading import watermarks
+from outbox_checker import metrics
+from outbox_checker.ended import EndedTransactions
+from outbox_checker.round_writer import decode_checkpoint
+from outbox_checker.rules import OpEntry
 
 log = logging.getLogger(__name__)
 

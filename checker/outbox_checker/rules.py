@@ -52,10 +52,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
+from outbox.protocol import DiscardReason, HalfRecord, MalformedRecordError, OpRecord, RawRecord
 from outbox_checker.ended import EndedTransactions, HalfIdentity
 from outbox_checker.settings import CHECKER_DEFAULTS, CheckerSettings
-
-from outbox.protocol import DiscardReason, HalfRecord, MalformedRecordError, OpRecord, RawRecord
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 The relay consumes the op topic in its own consumer group; each op partition it
 is assigned is restored at its committed offset, its decision memory rebuilt
-from the offset's metadata (:mod:`checker.decision_memory`) or kept from before.
+from the offset's metadata (:mod:`outbox_checker.decision_memory`) or kept from before.
 A partition whose committed offset cannot be read (the coordinator moving, a
 failed batch) stands aside, relaying nothing, until it can be put back there:
 relaying on from where the consumer stands would commit offsets beyond
@@ -20,6 +20,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka import Message as KafkaMessage
+
 from outbox_checker import metrics
 from outbox_checker.decision_memory import DecisionMemory
 from outbox_checker.membership import (
@@ -54,7 +55,7 @@ class OpPartitions:
         on_release: Callable[[list[int]], None],
     ) -> None:
         """``instance_id``: the replica's stable id, for static membership of the relay's
-        group (:mod:`checker.membership`); ``None`` joins as a dynamic member.
+        group (:mod:`outbox_checker.membership`); ``None`` joins as a dynamic member.
         ``on_release``: told the partitions this replica stops relaying (a revocation, a
         fresh consumer), before they are shelved."""
         self._client_config = client_config

@@ -12,7 +12,7 @@ commit for it any more. So whatever crashes, each committed half reaches its
 real topic exactly once, and a later decision for the same half (a late own
 end, a second check answer, a database resolution) publishes nothing: which
 decision came first is read from the op partition itself
-(:mod:`checker.decision_memory`), and the memory of it is committed with the
+(:mod:`outbox_checker.decision_memory`), and the memory of it is committed with the
 offsets, in the same transaction.
 
 Each publication observes RocketMQ's born-to-finish latency
@@ -39,6 +39,12 @@ from typing import Any
 
 from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
+
+from outbox.access import is_authorization_failure, principal_of
+from outbox.errors import DuplicateInstanceError, KafkaUnavailableError, NotAuthorizedError
+from outbox.protocol import Decision, OutgoingRecord, RawRecord, TopicNames
+from outbox.size_limits import SizeLimits
+from outbox.topic_catalog import TopicCatalog
 from outbox_checker import metrics
 from outbox_checker.half_lookup import HalfLookup
 from outbox_checker.kafka_reader import TopicCursor, end_offsets
@@ -55,12 +61,6 @@ from outbox_checker.relay_records import RealRecords, real_record_problem
 from outbox_checker.relay_transaction import RelayTransactions
 from outbox_checker.settings import CHECKER_DEFAULTS, CheckerSettings
 from outbox_checker.transactional import transactional_config
-
-from outbox.access import is_authorization_failure, principal_of
-from outbox.errors import DuplicateInstanceError, KafkaUnavailableError, NotAuthorizedError
-from outbox.protocol import Decision, OutgoingRecord, RawRecord, TopicNames
-from outbox.size_limits import SizeLimits
-from outbox.topic_catalog import TopicCatalog
 
 __all__ = [
     "BatchReport",
@@ -111,7 +111,7 @@ class RelaySettings:
     silence_seconds: float = 10.0
     """Idle this long while its op partitions have undelivered decisions: the consumer is wedged."""
     session_timeout_ms: int = CHECKER_DEFAULTS.session_timeout_ms
-    """The relay consumer's session (:mod:`checker.membership`)."""
+    """The relay consumer's session (:mod:`outbox_checker.membership`)."""
     transaction_deadline: float = 5.0
     """A batch's Kafka transaction still running this long is abandoned and its producer
     fenced (a new one's ``init_transactions`` aborts it, or lets a commit under way finish;
@@ -155,7 +155,7 @@ class Relay:
         instance_id: str | None = None,
     ) -> None:
         """``instance_id``: the replica's stable id, for static membership of the relay's
-        group (:mod:`checker.membership`); ``None`` joins as a dynamic member."""
+        group (:mod:`outbox_checker.membership`); ``None`` joins as a dynamic member."""
         self._topics = topics
         self.failure: DuplicateInstanceError | None = None
         """Why the relay stopped on its own: it cannot go on beside a replica of its id."""
@@ -356,7 +356,7 @@ class Relay:
         """Nothing to read: fine, unless committed decisions wait past what was read.
 
         After a broker freeze a librdkafka consumer can stay silent for good
-        (:mod:`checker.silence`). Idle while an op partition's committed end
+        (:mod:`outbox_checker.silence`). Idle while an op partition's committed end
         lies beyond this relay's position, the consumer is replaced; the group
         hands the partitions to the new one, which resumes from the committed
         offsets.

@@ -17,9 +17,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 
-from outbox_checker.kafka_reader import TopicCursor
-
 from outbox.protocol import RawRecord
+from outbox_checker.kafka_reader import TopicCursor
 
 _READ = 500
 _GAP = 2_000

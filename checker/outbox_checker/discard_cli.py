@@ -1,4 +1,4 @@
-"""``outbox discard list|resume``: the command line over :mod:`checker.discard`.
+"""``outbox discard list|resume``: the command line over :mod:`outbox_checker.discard`.
 
 Why resuming is safe to repeat (resume markers written in one Kafka transaction
 with the halves they put back, or with the real records of committed halves the
@@ -12,6 +12,10 @@ import time
 from typing import Annotated, Any
 
 import typer
+from rich.table import Table
+
+from outbox.config import KafkaSettings
+from outbox.protocol import Header
 from outbox_checker.discard import (
     DiscardedHalf,
     ResumeMarker,
@@ -21,10 +25,6 @@ from outbox_checker.discard import (
 )
 from outbox_checker.display import iso_ms
 from outbox_checker.settings import CheckerSettings
-from rich.table import Table
-
-from outbox.config import KafkaSettings
-from outbox.protocol import Header
 from outbox_cli.console import make_console
 from outbox_cli.options import OutputFormat, OutputOption, admin_session, print_json
 from outbox_cli.settings_flags import kafka_options

@@ -1,8 +1,8 @@
 """The checker's settings: one typed object, every field a flag and an ``OUTBOX_*`` variable.
 
 Defaults are RocketMQ 5.x's (``BrokerConfig``, ``TransactionalMessageServiceImpl``),
-written here only: the rounds' :class:`~checker.rules.RoundRules` and the relay's
-:class:`~checker.relay.RelaySettings` are built from these settings
+written here only: the rounds' :class:`~outbox_checker.rules.RoundRules` and the relay's
+:class:`~outbox_checker.relay.RelaySettings` are built from these settings
 (``from_settings``), and their own defaults are :data:`CHECKER_DEFAULTS`'.
 """
 
@@ -187,8 +187,8 @@ class CheckerSettings(KafkaSettings):
 
 CHECKER_DEFAULTS = CheckerSettings.model_construct()
 """Every field at its default, read from no environment: the defaults of the objects
-built from the settings (:class:`~checker.rules.RoundRules`,
-:class:`~checker.relay.RelaySettings`), for tests and benchmarks that build them alone."""
+built from the settings (:class:`~outbox_checker.rules.RoundRules`,
+:class:`~outbox_checker.relay.RelaySettings`), for tests and benchmarks that build them alone."""
 
 
 def platform_instance_id(environ: Mapping[str, str]) -> str | None:

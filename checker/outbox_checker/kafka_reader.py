@@ -23,13 +23,13 @@ from typing import Any
 
 from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
-from outbox_checker.rules import HalfEntry, OpEntry
-from outbox_checker.silence import close_in_background, partitions_behind
 
 from outbox.acls import CHECKER_READER_GROUP_PREFIX
 from outbox.errors import KafkaUnavailableError
 from outbox.protocol import RawRecord, TopicNames
 from outbox.reading import LEADER_PATIENCE
+from outbox_checker.rules import HalfEntry, OpEntry
+from outbox_checker.silence import close_in_background, partitions_behind
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +124,7 @@ class TopicCursor:
     def _replace_consumer(self) -> None:
         """Read on with a fresh consumer from where the silent one stopped.
 
-        A consumer wedged by a broker freeze stays so (:mod:`checker.silence`);
+        A consumer wedged by a broker freeze stays so (:mod:`outbox_checker.silence`);
         a new client with new connections reads on.
         """
         log.warning(
@@ -242,7 +242,7 @@ class TopicCursor:
 
 
 class KafkaPartitionReader:
-    """The :class:`checker.rules.PartitionReader` of half partition p and op partition p."""
+    """The :class:`outbox_checker.rules.PartitionReader` of half partition p and op partition p."""
 
     def __init__(
         self,

@@ -16,13 +16,13 @@ import time
 from typing import Any
 
 from confluent_kafka import KafkaException, Producer, TopicPartition
-from outbox_checker import metrics
-from outbox_checker.errors import StuckError
-from outbox_checker.watchdog import call_with_deadline
 
 from outbox.acked_writer import produce_when_room
 from outbox.errors import KafkaUnavailableError
 from outbox.protocol import OutgoingRecord
+from outbox_checker import metrics
+from outbox_checker.errors import StuckError
+from outbox_checker.watchdog import call_with_deadline
 
 log = logging.getLogger("outbox_checker.relay")  # the relay's one logger, whichever module logs
 

@@ -84,10 +84,6 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient
-from outbox_checker.errors import ResumeFencedError
-from outbox_checker.kafka_reader import end_offsets
-from outbox_checker.relay import real_record_problem
-from outbox_checker.transactional import remember_offset, transactional_config
 
 from outbox.access import principal_of
 from outbox.config import KafkaSettings
@@ -106,6 +102,10 @@ from outbox.protocol import (
 from outbox.reading import read_topic
 from outbox.size_limits import SizeLimits
 from outbox.topic_catalog import TopicCatalog
+from outbox_checker.errors import ResumeFencedError
+from outbox_checker.kafka_reader import end_offsets
+from outbox_checker.relay import real_record_problem
+from outbox_checker.transactional import remember_offset, transactional_config
 
 log = logging.getLogger(__name__)
 

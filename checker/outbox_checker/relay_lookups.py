@@ -16,6 +16,10 @@ from typing import Any
 
 from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
+
+from outbox.errors import KafkaUnavailableError
+from outbox.protocol import Decision, RawRecord, TopicNames
+from outbox.reading import LEADER_PATIENCE, watermarks
 from outbox_checker.decision_memory import ReadOps
 from outbox_checker.kafka_reader import (
     EndOffsetClient,
@@ -24,10 +28,6 @@ from outbox_checker.kafka_reader import (
     watermark_client,
 )
 from outbox_checker.relay_batch import HalfState, decode_op
-
-from outbox.errors import KafkaUnavailableError
-from outbox.protocol import Decision, RawRecord, TopicNames
-from outbox.reading import LEADER_PATIENCE, watermarks
 
 log = logging.getLogger("outbox_checker.relay")  # the relay's one logger, whichever module logs
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from outbox_checker.rules import RoundChunk
 from prometheus_client import Counter, Gauge, Histogram
+
+from outbox_checker.rules import RoundChunk
 
 PENDING = Gauge(
     "outbox_checker_pending_halves",

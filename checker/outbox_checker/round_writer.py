@@ -23,9 +23,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
-from outbox_checker.errors import FencedError
-from outbox_checker.rules import Discard, HalfEntry, RoundChunk
-from outbox_checker.transactional import remember_offset, transactional_config
 
 from outbox.errors import KafkaUnavailableError
 from outbox.protocol import (
@@ -41,6 +38,9 @@ from outbox.protocol import (
 from outbox.protocol.sizes import record_size, records_a_half_becomes
 from outbox.size_limits import GROWTH_BYTES, SizeLimits
 from outbox.topic_catalog import TopicCatalog
+from outbox_checker.errors import FencedError
+from outbox_checker.rules import Discard, HalfEntry, RoundChunk
+from outbox_checker.transactional import remember_offset, transactional_config
 
 log = logging.getLogger(__name__)
 

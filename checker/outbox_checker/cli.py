@@ -6,10 +6,10 @@ import logging
 import signal
 
 import typer
+
 from outbox_checker.http import serve
 from outbox_checker.service import Checker, freeze_startup_heap
 from outbox_checker.settings import CheckerSettings
-
 from outbox_cli.settings_flags import KAFKA_PROPERTY_FLAGS, settings_command
 
 log = logging.getLogger(__name__)

@@ -39,8 +39,6 @@ from enum import Enum
 from typing import Any
 
 import sqlalchemy as sa
-from outbox_checker import metrics
-from outbox_checker.rules import HalfEntry
 from sqlalchemy.engine import Engine
 
 from outbox.protocol import HalfRecord, MalformedRecordError
@@ -48,6 +46,8 @@ from outbox.protocol.parked import decode_parked_half
 from outbox.sql import LogTarget, create_engine
 from outbox.sql.engine import connect
 from outbox.sql.log import missing_part, outdated_table_error, require_table, transaction_log_table
+from outbox_checker import metrics
+from outbox_checker.rules import HalfEntry
 
 log = logging.getLogger(__name__)
 

@@ -19,9 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
-from outbox_checker.decision_memory import DecisionMemory, ReadOps, Scan, SharedScan
-
 from outbox.protocol import Decision, MalformedRecordError, RawRecord
+from outbox_checker.decision_memory import DecisionMemory, ReadOps, Scan, SharedScan
 
 log = logging.getLogger("outbox_checker.relay")  # the relay's one logger, whichever module logs
 

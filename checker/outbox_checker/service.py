@@ -5,7 +5,7 @@ the half topic, every partition paused: membership and fencing are all it is
 for). The owner of half partition p also reads op partition p. Its committed
 offset on half partition p is the half checkpoint, with the op checkpoint in
 the commit metadata, written in the same Kafka transaction as the round's
-records (:mod:`checker.round_writer`).
+records (:mod:`outbox_checker.round_writer`).
 """
 
 from __future__ import annotations
@@ -21,6 +21,18 @@ from typing import Any
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
+from sqlalchemy.exc import SQLAlchemyError
+from tenacity import Retrying, retry_if_exception_type, wait_exponential
+
+from outbox.access import connect
+from outbox.durations import format_duration
+from outbox.errors import (
+    ConnectionSecurityError,
+    KafkaUnavailableError,
+    OutboxError,
+)
+from outbox.protocol import HalfRecord, OutgoingRecord
+from outbox.topic_catalog import TopicCatalog
 from outbox_checker import metrics
 from outbox_checker.check_topics import CheckTopics
 from outbox_checker.checkpoints import Checkpoint, CheckpointLoader
@@ -34,18 +46,6 @@ from outbox_checker.relay import Relay, RelaySettings, relay_group, relay_transa
 from outbox_checker.round_writer import PendingChunk, RoundWriter
 from outbox_checker.rules import RoundChunk, RoundRules, iter_round
 from outbox_checker.settings import CheckerSettings
-from sqlalchemy.exc import SQLAlchemyError
-from tenacity import Retrying, retry_if_exception_type, wait_exponential
-
-from outbox.access import connect
-from outbox.durations import format_duration
-from outbox.errors import (
-    ConnectionSecurityError,
-    KafkaUnavailableError,
-    OutboxError,
-)
-from outbox.protocol import HalfRecord, OutgoingRecord
-from outbox.topic_catalog import TopicCatalog
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ not need the checker's metrics endpoint (there may be no replica running, which
 is exactly when the question matters). Everything needed is in Kafka: the half
 checkpoint is the committed offset of the checker's consumer group on the half
 partition, the op checkpoint rides in its commit metadata
-(:func:`checker.round_writer.decode_checkpoint`), and what is pending can be
+(:func:`outbox_checker.round_writer.decode_checkpoint`), and what is pending can be
 counted by reading from those checkpoints to the end.
 
 *Pending* here is: a distinct transaction id among the halves at or after the
@@ -33,13 +33,13 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient
-from outbox_checker.kafka_reader import TopicCursor
-from outbox_checker.relay import relay_group
-from outbox_checker.round_writer import decode_checkpoint
 
 from outbox.config import KafkaSettings
 from outbox.errors import ConfigurationError, KafkaUnavailableError, TopicAdminError
 from outbox.protocol import Header, RawRecord
+from outbox_checker.kafka_reader import TopicCursor
+from outbox_checker.relay import relay_group
+from outbox_checker.round_writer import decode_checkpoint
 
 DEFAULT_SCAN_LIMIT = 100_000
 _READ_BATCH = 500

@@ -1,6 +1,6 @@
 """``outbox status``: the checker's checkpoints and pending halves, as a table or JSON.
 
-What is read, and what *pending* means, is :mod:`checker.status`; this module
+What is read, and what *pending* means, is :mod:`outbox_checker.status`; this module
 only asks for it and shows it.
 """
 
@@ -11,13 +11,13 @@ from dataclasses import asdict
 from typing import Annotated, Any
 
 import typer
-from outbox_checker.display import format_age
-from outbox_checker.parked import ParkedSummary, read_parked
-from outbox_checker.status import DEFAULT_SCAN_LIMIT, CheckerStatus, read_status
 from rich.table import Table
 
 from outbox.config import KafkaSettings, renamed_variable
 from outbox.sql.log import DEFAULT_TABLE
+from outbox_checker.display import format_age
+from outbox_checker.parked import ParkedSummary, read_parked
+from outbox_checker.status import DEFAULT_SCAN_LIMIT, CheckerStatus, read_status
 from outbox_cli.console import make_console
 from outbox_cli.options import OutputFormat, OutputOption, admin_session, print_json
 from outbox_cli.settings_flags import kafka_options

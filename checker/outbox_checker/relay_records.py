@@ -14,10 +14,6 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 
-from outbox_checker import metrics
-from outbox_checker.half_lookup import HalfLookup
-from outbox_checker.relay_batch import BatchReport
-
 from outbox.errors import InvalidMessageError
 from outbox.protocol import (
     Decision,
@@ -34,6 +30,9 @@ from outbox.protocol import (
 from outbox.protocol.headers import int_header, text_header
 from outbox.size_limits import SizeLimits
 from outbox.topic_catalog import TopicCatalog
+from outbox_checker import metrics
+from outbox_checker.half_lookup import HalfLookup
+from outbox_checker.relay_batch import BatchReport
 
 log = logging.getLogger("outbox_checker.relay")  # the relay's one logger, whichever module logs
 

@@ -13,6 +13,9 @@ import logging
 import threading
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from outbox.access import is_authorization_failure
+from outbox.errors import NotAuthorizedError
 from outbox_checker.checkpoints import Checkpoint
 from outbox_checker.membership import (
     Fences,
@@ -23,9 +26,6 @@ from outbox_checker.membership import (
 )
 from outbox_checker.settings import CheckerSettings
 from outbox_checker.silence import close_in_background
-
-from outbox.access import is_authorization_failure
-from outbox.errors import NotAuthorizedError
 
 log = logging.getLogger(__name__)
 
