@@ -20,6 +20,7 @@ from bench import parking
 pytestmark = pytest.mark.kafka
 
 
+@pytest.mark.long_proof  # the bench smoke run (50 s); library claims: tests/sql/test_parked.py
 def test_with_parking_no_send_fails_and_each_committed_order_is_visible_once(
     tmp_path: Path,
 ) -> None:

@@ -29,6 +29,7 @@ HEADLINE = (
 )
 
 
+@pytest.mark.long_proof  # the bench's smoke run (20-60 s); make test-long runs it
 def test_quick_run_each_committed_request_is_visible_once_on_each_side(
     kafka_bootstrap: str, postgres_url: str, tmp_path: Path
 ) -> None:

@@ -160,6 +160,7 @@ def running_outbox(cluster: LocalKafkaCluster, prefix: str) -> Iterator[RunningO
     assert [tid for tid, count in real.items() if count > 1] == []
 
 
+@pytest.mark.long_proof  # the suite's short chaos run kills both on three nodes, and checks more
 @pytest.mark.timeout(600)
 def test_every_commit_is_published_once_across_a_half_leader_and_a_relay_coordinator_kill(
     kafka_cluster: LocalKafkaCluster, unique_prefix: str
