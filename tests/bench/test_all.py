@@ -3,8 +3,8 @@
 Not a measurement: it proves that the benches run on a broker they are given,
 hand their results back, and that the one table, the JSON and the last line
 carry them. The sink (Spark), the checker's RSS walk and the peer bench (its own
-PostgreSQL; tests/bench/test_peer.py runs it) are skipped to keep it within
-seconds; ``make bench`` runs them.
+PostgreSQL; its smoke run is in tests/bench/test_peer.py, under ``make test-long``)
+are skipped to keep it within seconds; ``make bench`` runs them.
 """
 
 from __future__ import annotations
