@@ -212,13 +212,13 @@ def read_topic_states(
             name, len(topic.partitions), max(replicas, default=0), brokers=brokers
         )
         present.append(name)
-    for name, shown in _shown_configs(admin, present, timeout).items():
+    for name, shown in shown_configs(admin, present, timeout).items():
         old = states[name]
         states[name] = TopicState(old.name, old.partitions, old.replication_factor, shown, brokers)
     return states
 
 
-def _shown_configs(
+def shown_configs(
     admin: AdminClient, names: list[str], timeout: float
 ) -> dict[str, dict[str, str]]:
     """The :data:`SHOWN_CONFIGS` of existing topics.

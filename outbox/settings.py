@@ -19,9 +19,9 @@ class ProducerSettings(KafkaSettings):
     transaction_timeout_seconds: Seconds = Field(
         TRANSACTION_TIMEOUT_SECONDS,
         gt=0,
-        description="age before the checker may check a half (RocketMQ transactionTimeOut);"
-        " the producer stops ending its own transactions shortly before it; keep it equal to"
-        " the checker's",
+        description="how long this producer may end its own transaction (RocketMQ"
+        " transactionTimeOut), less late_end_margin_seconds; carried on each half, so the"
+        " checker never asks about a half sooner",
     )
     late_end_margin_seconds: Seconds = Field(
         1.0, ge=0, description="safety margin before the transaction timeout for own ends"

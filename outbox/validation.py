@@ -78,8 +78,12 @@ def build_half(
     transaction_id: str,
     born_ms: int,
     id_is_new: bool = False,
+    end_window_ms: int | None = None,
 ) -> HalfRecord:
     """The half record for ``message``; raises :class:`InvalidMessageError` on bad input.
+
+    ``end_window_ms``: the producer's transaction timeout, carried on the half so the
+    checker asks about it no sooner (:attr:`~outbox.protocol.Header.END_WINDOW_MS`).
 
     ``id_is_new``: ``transaction_id`` was just drawn by
     :func:`~outbox.protocol.new_transaction_id`, valid by construction, so not checked again.
@@ -125,6 +129,7 @@ def build_half(
             "origin_offset": None,
             "origin_stored_ms": None,
             "parked_ms": None,
+            "end_window_ms": end_window_ms,
         },
     )
 

@@ -398,7 +398,23 @@ def due_again_ms(
     half = left.half
     if half is None or half.origin_offset is not None:
         return None
-    return _stored_ms(left, half) + rules.transaction_timeout_ms
+    return _stored_ms(left, half) + transaction_timeout_ms(half, rules)
+
+
+def transaction_timeout_ms(half: HalfRecord, rules: RoundRules) -> int:
+    """How old ``half`` must be before it is checked: the checker's transaction timeout, or
+    the window its producer may still end it in (stamped on the half), whichever is longer.
+
+    So a producer whose transaction timeout is longer than the checker's is never asked
+    about a transaction it may still end itself (the relay keeps the first decision: a
+    check-back's answer would win over a later direct end). The producer's setting is the
+    one source of its window; the checker's is a floor, and the whole rule for halves
+    written before producers stamped the window.
+    """
+    window = half.end_window_ms
+    if window is None or window <= rules.transaction_timeout_ms:
+        return rules.transaction_timeout_ms
+    return window
 
 
 def _count_pending(
@@ -477,9 +493,9 @@ def _decide(
             return None
         if entry.stored_ms >= started:
             return StopReason.FRESH
-        immunity = rules.transaction_timeout_ms
+        immunity = transaction_timeout_ms(half, rules)
         if half.immunity_seconds is not None:
-            immunity = max(half.immunity_seconds * 1000, rules.transaction_timeout_ms)
+            immunity = max(half.immunity_seconds * 1000, immunity)
             if age < immunity:
                 plan.to_requeue.append(entry)
                 return None

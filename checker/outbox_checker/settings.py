@@ -33,8 +33,8 @@ class CheckerSettings(KafkaSettings):
     transaction_timeout_seconds: Seconds = Field(
         TRANSACTION_TIMEOUT_SECONDS,
         gt=0,
-        description="no check before a half is this old (transactionTimeOut); keep it equal to"
-        " the producers'",
+        description="no check before a half is this old (transactionTimeOut), nor before its"
+        " producer's own transaction timeout, which the half carries",
     )
     check_max: int = Field(
         15, ge=1, description="checks sent before a half is discarded (transactionCheckMax)"

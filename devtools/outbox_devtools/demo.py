@@ -103,7 +103,8 @@ def _orders(count: int, seed: int) -> list[dict[str, object]]:
     ]
 
 
-def _prepare_database(url: str) -> None:
+def prepare_database(url: str) -> None:
+    """The demo's database at ``url``: the transaction log (by the migrations) and its orders."""
     upgrade(url)  # the outbox transaction log, by the Alembic migrations
     engine = create_engine(url)
     with engine.begin() as connection:
@@ -279,7 +280,7 @@ def run(console: Console, orders: int = ORDERS, seed: int = SEED) -> int:
         )
         url = f"sqlite:///{work / 'orders.db'}"
         _step(console, f"database {url}: migrations, orders table")
-        _prepare_database(url)
+        prepare_database(url)
         _step(console, f"topics with prefix {PREFIX!r} ({PARTITIONS} partitions) and {REAL_TOPIC}")
         ensure_topics(
             AdminClient(kafka_client_config(bootstrap)),

@@ -28,6 +28,11 @@ class Header(StrEnum):
     BORN_MS = "outbox-born-ms"  # born timestamp
     CHECK_TIMES = "outbox-check-times"  # TRANSACTION_CHECK_TIMES
     IMMUNITY_SECONDS = "outbox-check-immunity-seconds"  # CHECK_IMMUNITY_TIME_IN_SECONDS
+    END_WINDOW_MS = "outbox-end-window-ms"
+    """On a half its producer wrote: how long after the half's born time that producer may
+    still end the transaction itself (its transaction timeout). The checker asks about the
+    half no sooner, whatever its own transaction timeout: the two settings cannot
+    disagree into a check that races the producer's own end."""
     HALF_PARTITION = "outbox-half-partition"
     HALF_OFFSET = "outbox-half-offset"
     RESOLUTION = "outbox-resolution"

@@ -246,6 +246,10 @@ class HalfRecord:
     """Set on put-back copies: the broker's store time of the original half."""
     parked_ms: int | None = None
     """Set on a half drained from the transaction log of a parked send: when it was drained."""
+    end_window_ms: int | None = None
+    """How long after ``born_ms`` the producer may end the transaction itself (its
+    transaction timeout, :attr:`Header.END_WINDOW_MS`); ``None`` on halves written before
+    the header existed. The checker asks no sooner."""
 
     def identity(self, offset: int) -> int:
         """The origin offset of this half, stored at ``offset``: its identity in its partition.
@@ -289,6 +293,8 @@ class HalfRecord:
             headers.append((_ORIGIN_STORED_MS, b"%d" % self.origin_stored_ms))
         if self.parked_ms is not None:
             headers.append((_PARKED_MS, b"%d" % self.parked_ms))
+        if self.end_window_ms is not None:
+            headers.append((_END_WINDOW_MS, b"%d" % self.end_window_ms))
         return headers
 
     @classmethod
@@ -324,6 +330,7 @@ class HalfRecord:
             origin_offset=reader.optional_integer(Header.ORIGIN_OFFSET),
             origin_stored_ms=reader.optional_integer(Header.ORIGIN_STORED_MS),
             parked_ms=reader.optional_integer(Header.PARKED_MS),
+            end_window_ms=reader.optional_integer(Header.END_WINDOW_MS),
         )
 
     def put_back(self, offset: int, stored_ms: int | None) -> Self:
@@ -349,6 +356,7 @@ class HalfRecord:
                 self.origin_stored_ms if self.origin_stored_ms is not None else stored_ms
             ),
             parked_ms=self.parked_ms,
+            end_window_ms=self.end_window_ms,
         )
 
     def requeued(self, offset: int, stored_ms: int | None) -> Self:
@@ -563,6 +571,7 @@ _PARKED_MS = Header.PARKED_MS.value
 _BORN_MS = Header.BORN_MS.value
 _CHECK_TIMES = Header.CHECK_TIMES.value
 _IMMUNITY_SECONDS = Header.IMMUNITY_SECONDS.value
+_END_WINDOW_MS = Header.END_WINDOW_MS.value
 _ENDED_MS = Header.ENDED_MS.value
 _REQUESTED_MS = Header.REQUESTED_MS.value
 _HALF_KIND_HEADER = text_header(Header.KIND, RecordKind.HALF)
@@ -634,6 +643,7 @@ _HALF_NAMES = frozenset(
         _ORIGIN_OFFSET,
         _ORIGIN_STORED_MS,
         _PARKED_MS,
+        _END_WINDOW_MS,
     )
 )
 _CHECK_NAMES = _HALF_NAMES | frozenset(_CHECK_NUMBERS)
@@ -686,6 +696,7 @@ def _read_plainly(
         origin = found.get(_ORIGIN_OFFSET, _ABSENT)
         origin_stored = found.get(_ORIGIN_STORED_MS, _ABSENT)
         parked = found.get(_PARKED_MS, _ABSENT)
+        end_window = found.get(_END_WINDOW_MS, _ABSENT)
         half = HalfRecord(
             transaction_id=validate_transaction_id(transaction_id.decode("utf-8")),
             producer_group=_valid_name(found[_PRODUCER_GROUP], validate_producer_group),
@@ -700,6 +711,7 @@ def _read_plainly(
             origin_offset=None if origin is _ABSENT else _plain_integer(origin),
             origin_stored_ms=None if origin_stored is _ABSENT else _plain_integer(origin_stored),
             parked_ms=None if parked is _ABSENT else _plain_integer(parked),
+            end_window_ms=None if end_window is _ABSENT else _plain_integer(end_window),
         )
         return half, tuple(_plain_integer(found[name]) for name in numbers)
     except (KeyError, ValueError, UnicodeDecodeError):

@@ -251,8 +251,7 @@ def missing_part(connection: Connection, target: LogTarget) -> str | None:
 
 
 def outdated_table_error(target: LogTarget, part: str, url: object) -> TransactionLogMissingError:
-    shown = describe_url(url) if url is not None else None  # type: ignore[arg-type]
-    where = f" in {shown}" if shown else ""
+    shown, where = _database_named(url)
     return TransactionLogMissingError(
         f"transaction-log table {target.qualified!r}{where} lacks {part} "
         f"(migrated by an older version): run {target.upgrade_hint(shown)}"
@@ -260,12 +259,17 @@ def outdated_table_error(target: LogTarget, part: str, url: object) -> Transacti
 
 
 def missing_table_error(target: LogTarget, url: object) -> TransactionLogMissingError:
-    shown = describe_url(url) if url is not None else None  # type: ignore[arg-type]
-    where = f" in {shown}" if shown else ""
+    shown, where = _database_named(url)
     return TransactionLogMissingError(
         f"transaction-log table {target.qualified!r} does not exist{where}: "
         f"run {target.upgrade_hint(shown)} first"
     )
+
+
+def _database_named(url: object) -> tuple[str | None, str]:
+    """The database ``url`` as an error shows it (no password), and " in <it>" for a message."""
+    shown = describe_url(url) if url is not None else None  # type: ignore[arg-type]
+    return shown, f" in {shown}" if shown else ""
 
 
 def require_table(connection: Connection, target: LogTarget) -> None:

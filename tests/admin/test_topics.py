@@ -8,10 +8,10 @@ from confluent_kafka.admin import NewTopic
 from outbox.admin import (
     HALF_RETENTION_MS,
     TopicSpec,
-    _shown_configs,
     ensure_topics,
     plan_topics,
     read_topic_states,
+    shown_configs,
 )
 from outbox.errors import KafkaUnavailableError, TopicAdminError, TopicMismatchError
 from outbox.protocol import TopicNames
@@ -111,4 +111,4 @@ def test_configs_of_a_topic_a_broker_does_not_know_yet_are_not_ready(kafka_admin
     """On a cluster the broker asked for configs can lag the metadata that listed the topic:
     ensure_topics asks again instead of failing the creation."""
     with pytest.raises(KafkaUnavailableError, match="is not ready: a broker does not know it"):
-        _shown_configs(kafka_admin, [f"{unique_prefix}.nowhere"], timeout=10)
+        shown_configs(kafka_admin, [f"{unique_prefix}.nowhere"], timeout=10)

@@ -408,6 +408,34 @@ def test_a_young_half_makes_a_round_due_when_it_comes_of_age():
     assert plan.due_again_ms == T0 - 2_000 + RULES.transaction_timeout_ms
 
 
+def test_a_half_is_not_checked_while_its_producer_may_still_end_it():
+    """The producer's transaction timeout travels on its half: a checker set shorter waits
+    for it (a check-back's answer would otherwise race the producer's own end)."""
+    log = MemoryLog()
+    log.add_half(a_half("long-window", born_ms=T0 - 8_000, end_window_ms=10_000))
+    log.add_half(a_half("behind", born_ms=T0 - 7_000))
+    plan = run(log)
+    assert plan.to_check == [] and plan.to_requeue == []
+    assert (plan.half_checkpoint, plan.stop_reason) == (0, StopReason.YOUNG)
+    assert plan.due_again_ms == T0 - 8_000 + 10_000
+    assert checked(run(log, clock=Clock(T0 + 2_000))) == ["long-window", "behind"]
+
+
+def test_a_window_shorter_than_the_checkers_timeout_changes_nothing():
+    log = MemoryLog()
+    log.add_half(a_half("short-window", born_ms=T0 - 5_000, end_window_ms=3_000))
+    plan = run(log)
+    assert (plan.to_check, plan.stop_reason) == ([], StopReason.YOUNG)
+    assert plan.due_again_ms == T0 - 5_000 + RULES.transaction_timeout_ms
+
+
+def test_an_immune_half_waits_for_the_longer_of_its_immunity_and_its_window():
+    log = MemoryLog()
+    log.add_half(a_half("immune", born_ms=T0 - 8_000, immunity_seconds=7, end_window_ms=9_000))
+    plan = run(log)
+    assert [e.half.transaction_id for e in plan.to_requeue] == ["immune"]
+
+
 def test_a_walk_to_the_end_is_due_again_a_transaction_timeout_later():
     """A half stored after the walk ended is due no sooner than that."""
     log = MemoryLog()

@@ -5,7 +5,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from outbox.sql import create_engine
-from outbox_devtools.demo import Outcomes, _prepare_database
+from outbox_devtools.demo import Outcomes, prepare_database
 
 
 def test_a_send_left_to_the_check_back_is_filed_by_what_the_database_holds(tmp_path: Path):
@@ -13,7 +13,7 @@ def test_a_send_left_to_the_check_back_is_filed_by_what_the_database_holds(tmp_p
     # the send ends REFUSED_LATE and the check-back ends it from the database.
     # Its order in the table means committed; no order means rolled back.
     url = f"sqlite:///{tmp_path / 'orders.db'}"
-    _prepare_database(url)
+    prepare_database(url)
     engine = create_engine(url)
     with engine.begin() as connection:
         connection.execute(sa.text("INSERT INTO orders (id, total) VALUES (1, 10.0)"))

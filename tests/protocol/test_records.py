@@ -114,7 +114,14 @@ _EVERY_FIELD_SET = {
     "origin_offset": 5,
     "origin_stored_ms": 12,
     "parked_ms": 13,
+    "end_window_ms": 14,
 }
+
+
+@pytest.mark.parametrize("decoder", [HalfRecord.from_record, HalfRecord.read])
+def test_a_half_with_every_field_set_reads_back_whole_through_both_decoders(decoder):
+    half = HalfRecord(**_EVERY_FIELD_SET)
+    assert decoder(stored(half.to_record(TOPICS, 1))) == half
 
 
 @pytest.mark.parametrize("origin", [True, False], ids=["copy of a copy", "copy of the original"])
