@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
@@ -140,6 +140,25 @@ class Acknowledgement:
     def exception(self) -> OutboxError | None:
         """The failure of a record whose report arrived, or None if it was stored."""
         return self._error
+
+
+class RecordWriter(Protocol):
+    """What the send flows write with: an :class:`AckedWriter`, or the in-memory broker's
+    writer (:mod:`outbox.testing`)."""
+
+    def submit(
+        self, record: OutgoingRecord, deadline: float, failure: type[OutboxError]
+    ) -> Acknowledgement:
+        """Hand ``record`` over, waiting until ``deadline`` (monotonic) for room."""
+        ...
+
+    def submit_nowait(self, record: OutgoingRecord, failure: type[OutboxError]) -> Acknowledgement:
+        """Hand ``record`` over: :class:`QueueFullError` when there is no room."""
+        ...
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Deliver what is still queued, then close."""
+        ...
 
 
 class AckedWriter:

@@ -2,11 +2,12 @@
 
 The threaded producer blocks its caller while it waits for the half's and the
 op's acknowledgements, which would freeze an event loop. This one carries out
-the very same send (:meth:`TransactionProducer._send_flow`: validation, the
-writes, the outcome, the result) on the loop instead: it awaits the futures
-that the Kafka client's delivery thread completes, and awaits the listener's
-coroutines. So there is one Kafka client, the same settings, the same results
-and the same errors; only the waiting differs.
+the very same send (:meth:`outbox.send_flow.SendCore.send`: validation, the
+writes, the outcome, the result) on the loop instead (:func:`outbox.flow_steps.drive`):
+it awaits the futures that the Kafka client's delivery thread completes
+(:func:`acknowledged_on_loop`, settled in batches by :class:`Arrivals`), and awaits
+the listener's coroutines. So there is one Kafka client, the same settings, the same
+results and the same errors; only the waiting differs.
 
 Check-backs arrive on the check responder's threads. Each hands the question
 to the loop the producer was started on (``run_coroutine_threadsafe``), waits
@@ -32,12 +33,14 @@ from functools import partial
 from types import TracebackType
 from typing import Any, Protocol, Self
 
-from outbox.acked_writer import AckedWriter, Acknowledgement, not_acknowledged
+from outbox.acked_writer import Acknowledgement, RecordWriter, not_acknowledged
 from outbox.caller_transaction import AsyncCallerTransaction
 from outbox.errors import OutboxError, ProducerNotStartedError, QueueFullError
+from outbox.flow_steps import FittingHalf, LocalTransaction, Step, TopicLookup, Write, drive
 from outbox.message import LocalTransactionState, Message, TransactionSendResult
-from outbox.producer import TransactionProducer, chosen_settings
-from outbox.send_flow import FittingHalf, LocalTransaction, Step, TopicLookup, Write, drive
+from outbox.producer import chosen_settings, require_listener, send_core
+from outbox.protocol import validate_producer_group
+from outbox.seams import PartsSource
 from outbox.serialization import SerializerLike
 from outbox.settings import ProducerSettings
 
@@ -62,44 +65,14 @@ class AsyncTransactionListener(Protocol):
         ...
 
 
-class _LoopProducer(TransactionProducer):
-    """The threaded producer, asking its (async) listener's checks on the application's loop."""
-
-    _awaits_listener = True
-    loop: asyncio.AbstractEventLoop | None = None
-
-    def _ask_listener(self, message: Message) -> object:
-        if self.loop is None:
-            raise ProducerNotStartedError("a check arrived before the producer had a loop")
-        answer = asyncio.run_coroutine_threadsafe(
-            self.listener.check_local_transaction(message), self.loop
-        )
-        # Past the request's time to live the checker has asked again, so a
-        # later answer is worth nothing; the thread is freed for the next one.
-        ttl = self.settings.check_request_ttl_seconds
-        try:
-            return answer.result(ttl)
-        except TimeoutError:
-            answer.cancel()
-            log.warning(
-                "check_local_transaction took over %gs on the event loop; answering UNKNOW "
-                "transaction_id=%s",
-                ttl,
-                message.transaction_id,
-            )
-            return LocalTransactionState.UNKNOW
-
-
 class AsyncTransactionProducer:
     """Sends messages whose publication is tied to a local transaction, from an event loop.
 
     ``await send_message_in_transaction(message, arg)`` never blocks the loop;
     any number of tasks may send at once. Start it (``async with``, or
     :meth:`start`) on the loop that will send: check-backs are answered there.
+    ``parts`` as :class:`~outbox.producer.TransactionProducer`'s.
     """
-
-    _core_type: type[_LoopProducer] = _LoopProducer
-    """The threaded producer this one drives (its in-memory twin in :mod:`outbox.testing`)."""
 
     def __init__(
         self,
@@ -112,9 +85,13 @@ class AsyncTransactionProducer:
         clock: Callable[[], float] = time.time,
         key_serializer: SerializerLike | None = None,
         value_serializer: SerializerLike | None = None,
+        parts: PartsSource | None = None,
     ) -> None:
         settings = chosen_settings(settings, config)
-        self._core = self._core_type(
+        validate_producer_group(group)
+        require_listener(listener, awaited=True)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._core = send_core(
             group,
             listener,
             settings,
@@ -122,12 +99,14 @@ class AsyncTransactionProducer:
             clock=clock,
             key_serializer=key_serializer,
             value_serializer=value_serializer,
+            parts=parts,
+            ask=self._ask_on_loop,
         )
         self.group = group
         self.listener = listener
         self.settings = settings
         self.topics = self._core.topics
-        self._arrivals: _Arrivals | None = None
+        self._arrivals: Arrivals | None = None
 
     @property
     def config(self) -> ProducerSettings:
@@ -142,7 +121,7 @@ class AsyncTransactionProducer:
         The connecting waits for the cluster, so it runs on a worker thread.
         """
         loop = asyncio.get_running_loop()
-        self._core.loop = loop
+        self._loop = loop
         await loop.run_in_executor(None, self._core.start)
         return self
 
@@ -176,68 +155,94 @@ class AsyncTransactionProducer:
         listener's local transaction awaited, its decision written as an op.
         """
         core = self._core
-        core._admit()
+        core.admit()
         try:
-            return await drive(core._send_flow(message, arg), self._take)
+            return await drive(core.send(message, arg), self._take)
         finally:
-            core._release()
+            core.release()
 
     def transaction(self, message: Message) -> AsyncCallerTransaction:
         """As :meth:`TransactionProducer.transaction`: ``async with``, ``await txn.join(session)``.
 
         The session is an ``AsyncSession``; the listener an ``AsyncSqlTransactionListener``.
         """
-        return AsyncCallerTransaction(self, message)
+        return AsyncCallerTransaction(self._core, self._take, message)
 
     def _take(self, step: Step) -> Any:
         """What ``step`` gives the flow: at once, or an awaitable the loop waits on."""
-        core = self._core
-        assert core._catalog and core._limits and core._writer
+        parts = self._core.parts
+        assert parts is not None
         if isinstance(step, Write):
             try:
-                acknowledgement = core._writer.submit_nowait(step.record, step.failure)
+                acknowledgement = parts.writer.submit_nowait(step.record, step.failure)
             except QueueFullError:
                 # Rare (the client's queue holds 100,000 records): wait for room off the loop.
-                return _submitted_in_thread(core._writer, step, self._arrivals_here())
+                return _submitted_in_thread(parts.writer, step, self._arrivals_here())
             if not step.wait:
                 return acknowledgement
-            return _acknowledged(step, acknowledgement, self._arrivals_here())
+            return acknowledged_on_loop(step, acknowledgement, self._arrivals_here())
         if isinstance(step, TopicLookup):
-            known = core._catalog.known(step.topic)
-            return known if known is not None else _in_thread(core._catalog.get, step.topic)
+            known = parts.catalog.known(step.topic)
+            return known if known is not None else _in_thread(parts.catalog.get, step.topic)
         if isinstance(step, FittingHalf):
+            limits = parts.limits
             fitting = partial(
-                core._limits.fitting_half_record, step.half, core.topics, step.half_partition
+                limits.fitting_half_record, step.half, self.topics, step.half_partition
             )
-            return fitting() if core._limits.knows_half(step.half) else _in_thread(fitting)
+            return fitting() if limits.knows_half(step.half) else _in_thread(fitting)
         assert isinstance(step, LocalTransaction)
         return self.listener.execute_local_transaction(step.message, step.arg)
 
-    def _arrivals_here(self) -> _Arrivals:
+    def _arrivals_here(self) -> Arrivals:
         """The arrivals of the running loop (made by its own thread, so one per loop)."""
         loop = asyncio.get_running_loop()
         arrivals = self._arrivals
         if arrivals is None or arrivals.loop is not loop:
-            arrivals = self._arrivals = _Arrivals(loop)
+            arrivals = self._arrivals = Arrivals(loop)
         return arrivals
+
+    def _ask_on_loop(self, message: Message) -> object:
+        """The listener's answer to a check, asked on the application's loop from a check
+        executor thread."""
+        if self._loop is None:
+            raise ProducerNotStartedError("a check arrived before the producer had a loop")
+        answer = asyncio.run_coroutine_threadsafe(
+            self._core.listener.check_local_transaction(message), self._loop
+        )
+        # Past the request's time to live the checker has asked again, so a
+        # later answer is worth nothing; the thread is freed for the next one.
+        ttl = self.settings.check_request_ttl_seconds
+        try:
+            return answer.result(ttl)
+        except TimeoutError:
+            answer.cancel()
+            log.warning(
+                "check_local_transaction took over %gs on the event loop; answering UNKNOW "
+                "transaction_id=%s",
+                ttl,
+                message.transaction_id,
+            )
+            return LocalTransactionState.UNKNOW
 
 
 def _in_thread(function: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
     return asyncio.get_running_loop().run_in_executor(None, partial(function, *args))
 
 
-async def _submitted_in_thread(writer: AckedWriter, step: Write, arrivals: _Arrivals) -> object:
+async def _submitted_in_thread(writer: RecordWriter, step: Write, arrivals: Arrivals) -> object:
     """A write whose queue was full: handed over from a worker thread, then as any other."""
     acknowledgement = await _in_thread(writer.submit, step.record, step.deadline, step.failure)
-    return await _acknowledged(step, acknowledgement, arrivals) if step.wait else acknowledgement
+    if not step.wait:
+        return acknowledgement
+    return await acknowledged_on_loop(step, acknowledgement, arrivals)
 
 
-def _acknowledged(
-    step: Write, acknowledgement: Acknowledgement, arrivals: _Arrivals
+def acknowledged_on_loop(
+    step: Write, acknowledgement: Acknowledgement, arrivals: Arrivals
 ) -> asyncio.Future[tuple[int, int | None]]:
     """The write's (partition, offset) as a future of this loop, failed at the write's deadline.
 
-    The report thread only hands the settling to the loop (:class:`_Arrivals`):
+    The report thread only hands the settling to the loop (:class:`Arrivals`):
     no ``concurrent.futures.Future`` to wrap, no ``asyncio.timeout`` block per write.
     """
     loop = arrivals.loop
@@ -261,7 +266,7 @@ def _acknowledged(
     return waiter
 
 
-class _Arrivals:
+class Arrivals:
     """The settlings a loop has to run for reports that arrived, run in batches.
 
     The report thread serves many reports per poll; scheduling each on the loop

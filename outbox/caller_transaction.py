@@ -13,7 +13,8 @@ Here the send is split around it::
 
 It is the very send flow of ``send_message_in_transaction`` (validation, the
 half, the late-end rule, the op, the result), stopped where it would call the
-listener's ``execute_local_transaction`` and resumed when the block ends, with
+listener's ``execute_local_transaction`` (its driver pauses there:
+:mod:`outbox.flow_steps`) and resumed when the block ends, with
 the state the database holds (:mod:`outbox.sql.joined`): COMMIT when the row is
 committed, ROLLBACK when the transaction that held it ended without it, nothing
 (UNKNOW) while that cannot be told, and ROLLBACK when the block never joined a
@@ -30,19 +31,20 @@ pool calls): nothing here carries a context token from one end to the other.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Generator
-from inspect import isawaitable
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Protocol, Self
 
 from outbox.errors import CallerTransactionError
+from outbox.flow_steps import Flow, Paused, Step, drive, run_blocking
 from outbox.message import LocalTransactionState, Message, TransactionSendResult
+from outbox.seams import SendingCore
 
 
 class JoinedSession(Protocol):
     """What a joined session tells the block's end (:class:`outbox.sql.joined.JoinedSession`;
-    named by this protocol, as the producers are by ``Any``, so that the SQL side and the
-    producers, which import this module, are not imported back)."""
+    named by this protocol, as the producer's core is by :class:`~outbox.seams.SendingCore`,
+    so that the SQL side and the producers, which import this module, are not imported back)."""
 
     def detach(self) -> None: ...
 
@@ -63,26 +65,23 @@ class _Paused:
     """The ``arg`` of a send whose local transaction is the caller's block.
 
     The send flow hands it back in its local-transaction step, which is where
-    the driver below stops instead of calling the listener.
+    the driver stops (its ``pause_at``) instead of calling the listener.
     """
 
-
-def _pauses_here(step: object, paused: _Paused) -> bool:
-    return getattr(step, "arg", None) is paused
-
-
-Flow = Generator[Any, Any, TransactionSendResult]
+    def __call__(self, step: Step) -> bool:
+        """Whether the flow stops at ``step`` for the block: the step that hands it back."""
+        return getattr(step, "arg", None) is self
 
 
 class _CallerTransaction:
     """What the sync and asyncio forms share: the state, the join, the decision."""
 
-    def __init__(self, producer: Any, core: Any, message: Message) -> None:
-        self._producer = producer
+    def __init__(self, core: SendingCore, take: Callable[[Step], Any], message: Message) -> None:
         self._core = core
         self._request = message
         self._paused = _Paused()
-        self._flow: Flow | None = None
+        self._take = take
+        self._flow: Flow[TransactionSendResult] | None = None
         self._step: Any = None
         self._joined: JoinedSession | None = None
         self._join_failed = False
@@ -101,11 +100,11 @@ class _CallerTransaction:
     def transaction_id(self) -> str:
         return self.message.transaction_id or ""
 
-    def _begin(self) -> Flow:
+    def _begin(self) -> Flow[TransactionSendResult]:
         if self._flow is not None:
             raise CallerTransactionError("this transaction was entered already; make a new one")
-        self._core._admit()
-        self._flow = self._core._send_flow(self._request, self._paused)
+        self._core.admit()
+        self._flow = self._core.send(self._request, self._paused)
         return self._flow
 
     def _joining(self) -> Any:
@@ -150,36 +149,27 @@ class _CallerTransaction:
 class CallerTransaction(_CallerTransaction):
     """``with producer.transaction(message) as txn``: see the module documentation."""
 
-    def __init__(self, producer: Any, message: Message) -> None:
-        """``producer``: the :class:`~outbox.producer.TransactionProducer` it sends with."""
-        super().__init__(producer, producer, message)
+    def __init__(self, core: SendingCore, message: Message) -> None:
+        """``core``: the send core of the :class:`~outbox.producer.TransactionProducer`."""
+        super().__init__(core, core.take, message)
 
     def __enter__(self) -> Self:
         flow = self._begin()
         try:
             self._step = self._run(flow, None)
         except BaseException:
-            self._core._release()
+            self._core.release()
             raise
         return self
 
-    def _run(self, flow: Flow, resumed: object) -> Any:
+    def _run(self, flow: Flow[TransactionSendResult], resumed: object) -> Any:
         """Resume the flow with ``resumed``; carry out its steps until it pauses for the block
         (returning that step) or ends (None, its result kept)."""
-        take = self._core._take
-        try:
-            step = flow.send(resumed)
-            while not _pauses_here(step, self._paused):
-                try:
-                    outcome = take(step)
-                except Exception as exc:
-                    step = flow.throw(exc)
-                else:
-                    step = flow.send(outcome)
-        except StopIteration as finished:
-            self.result = finished.value
-            return None
-        return step
+        outcome = run_blocking(flow, self._take, resumed, pause_at=self._paused)
+        if isinstance(outcome, Paused):
+            return outcome.step
+        self.result = outcome
+        return None
 
     def join(self, session: Any) -> None:
         """Put the log row into ``session`` (a SQLAlchemy ``Session`` or ``scoped_session``,
@@ -199,43 +189,33 @@ class CallerTransaction(_CallerTransaction):
             self._run(self._flow, ROLLBACK if joined is None else joined.outcome())
         finally:
             self._flow.close()
-            self._core._release()
+            self._core.release()
 
 
 class AsyncCallerTransaction(_CallerTransaction):
     """``async with producer.transaction(message) as txn``, ``await txn.join(session)``."""
 
-    def __init__(self, producer: Any, message: Message) -> None:
-        """``producer``: the :class:`~outbox.async_producer.AsyncTransactionProducer`."""
-        super().__init__(producer, producer._core, message)
+    def __init__(self, core: SendingCore, take: Callable[[Step], Any], message: Message) -> None:
+        """``core``: the send core of the :class:`~outbox.async_producer.AsyncTransactionProducer`;
+        ``take``: its steps' outcomes on the loop (awaitables)."""
+        super().__init__(core, take, message)
 
     async def __aenter__(self) -> Self:
         flow = self._begin()
         try:
             self._step = await self._run(flow, None)
         except BaseException:
-            self._core._release()
+            self._core.release()
             raise
         return self
 
-    async def _run(self, flow: Flow, resumed: object) -> Any:
+    async def _run(self, flow: Flow[TransactionSendResult], resumed: object) -> Any:
         """As :meth:`CallerTransaction._run`, awaiting what the loop waits on."""
-        take = self._producer._take
-        try:
-            step = flow.send(resumed)
-            while not _pauses_here(step, self._paused):
-                try:
-                    outcome = take(step)
-                    if isawaitable(outcome):
-                        outcome = await outcome
-                except Exception as exc:
-                    step = flow.throw(exc)
-                else:
-                    step = flow.send(outcome)
-        except StopIteration as finished:
-            self.result = finished.value
-            return None
-        return step
+        outcome = await drive(flow, self._take, resumed, pause_at=self._paused)
+        if isinstance(outcome, Paused):
+            return outcome.step
+        self.result = outcome
+        return None
 
     async def join(self, session: Any) -> None:
         """Put the log row into ``session`` (an ``AsyncSession`` or ``async_scoped_session``),
@@ -274,4 +254,4 @@ class AsyncCallerTransaction(_CallerTransaction):
             await self._run(self._flow, state)
         finally:
             self._flow.close()
-            self._core._release()
+            self._core.release()

@@ -112,6 +112,10 @@ class CheckResponder:
         self._consumer.subscribe([self._topic])
         self._thread.start()
 
+    def assignment(self) -> list[TopicPartition]:
+        """The check partitions this responder's consumer holds now."""
+        return self._consumer.assignment()  # type: ignore[no-any-return]
+
     def stop(self, timeout: float) -> None:
         """Stop taking requests, let those handed over finish, commit, close."""
         self._stopping.set()

@@ -10,7 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
+
+if TYPE_CHECKING:
+    from outbox.protocol import HalfRecord
 
 HeaderValue: TypeAlias = bytes | str | None
 HeadersInput: TypeAlias = Mapping[str, HeaderValue] | Iterable[tuple[str, HeaderValue]]
@@ -99,6 +102,29 @@ class Message:
     """Set by a producer with ``park_when_unavailable`` on the message its listener gets
     when the half was not acknowledged in time (``half_offset`` is then ``None``): the half
     record, which the SQL listener stores in the log row for the checker to publish."""
+
+
+def checked_message(half: HalfRecord, half_partition: int, half_offset: int) -> Message:
+    """The message a check-back asks about, as its listener sees it: ``half`` is the put-back
+    copy stored at ``half_offset`` of ``half_partition``, and the message's ``half_offset``
+    is the half's identity (its original's offset), which the transaction log keys on.
+
+    One definition for the producers' check answers and the checker's answers from the
+    database, so both ask the transaction log the same question.
+    """
+    return Message(
+        topic=half.real_topic,
+        value=half.value if half.value is not None else b"",
+        key=half.key,
+        headers=list(half.user_headers),
+        partition=half.real_partition,
+        check_immunity_seconds=half.immunity_seconds,
+        transaction_id=half.transaction_id,
+        check_times=half.check_times,
+        born_ms=half.born_ms,
+        half_partition=half_partition,
+        half_offset=half.identity(half_offset),
+    )
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from typing import Any
 from outbox.errors import InvalidMessageError, MessageTooLargeError
 from outbox.protocol import HalfRecord, OutgoingRecord, TopicNames
 from outbox.protocol.sizes import record_size, records_a_half_becomes
-from outbox.topic_catalog import TopicCatalog
+from outbox.topic_catalog import TopicFactsSource
 
 LIBRDKAFKA_MESSAGE_MAX_BYTES = 1_000_000
 """librdkafka's default ``message.max.bytes``."""
@@ -35,7 +35,7 @@ def client_message_max_bytes(client_config: Mapping[str, Any]) -> int:
 class SizeLimits:
     """Whether a record fits where it is going, and if not, which limit it breaks."""
 
-    def __init__(self, catalog: TopicCatalog, client_config: Mapping[str, Any]) -> None:
+    def __init__(self, catalog: TopicFactsSource, client_config: Mapping[str, Any]) -> None:
         self._catalog = catalog
         self.client_bytes = client_message_max_bytes(client_config)
         self._topic_bytes: dict[str, int | None] = {}

@@ -2,9 +2,10 @@
 
 :class:`InMemoryTransactionProducer` and :class:`InMemoryAsyncTransactionProducer`
 are the real producers with their Kafka parts swapped for an
-:class:`InMemoryBroker`: the same constructor (plus the broker), the same send
-flow (validation, size limits, the order of the writes, the listener's calls,
-the late-end rule, the results and the errors), only the records land in memory.
+:class:`InMemoryBroker`'s (:class:`InMemoryParts`, given as their ``parts``): the
+same constructor (plus the broker), the same send flow (validation, size limits,
+the order of the writes, the listener's calls, the late-end rule, the results and
+the errors), only the records land in memory.
 The broker also plays the checker: it publishes each committed half to its
 real topic at once (the first decision of a half wins, as the relay's), and
 :meth:`InMemoryTransactionProducer.check_back` asks the listener about every
@@ -21,12 +22,12 @@ import asyncio
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
-from typing import Any, Self
+from typing import Any
 
 from confluent_kafka import KafkaError
 
 from outbox.acked_writer import Acknowledgement
-from outbox.async_producer import AsyncTransactionListener, AsyncTransactionProducer, _LoopProducer
+from outbox.async_producer import AsyncTransactionListener, AsyncTransactionProducer
 from outbox.errors import (
     ConfigurationError,
     InvalidMessageError,
@@ -49,6 +50,7 @@ from outbox.protocol import (
     real_record_of_half,
     validate_topic_name,
 )
+from outbox.seams import SendingCore, SendParts
 from outbox.settings import ProducerSettings
 from outbox.size_limits import SizeLimits
 from outbox.topic_catalog import TopicFacts
@@ -230,9 +232,12 @@ class _MemoryCatalog:
 class _MemoryWriter:
     """The producer's :class:`~outbox.acked_writer.AckedWriter`: writes acknowledged at once."""
 
-    def __init__(self, broker: InMemoryBroker, producer: TransactionProducer) -> None:
+    def __init__(
+        self, broker: InMemoryBroker, catalog: _MemoryCatalog, now_ms: Callable[[], int]
+    ) -> None:
         self._broker = broker
-        self._producer = producer
+        self._catalog = catalog
+        self._now_ms = now_ms
 
     def submit(
         self, record: OutgoingRecord, deadline: float, failure: type[OutboxError]
@@ -241,8 +246,8 @@ class _MemoryWriter:
 
     def submit_nowait(self, record: OutgoingRecord, failure: type[OutboxError]) -> Acknowledgement:
         acknowledgement = Acknowledgement(record.topic, failure, {})
-        facts = self._producer._catalog.get(record.topic)  # type: ignore[union-attr]
-        stored = self._broker.append(record, facts.partitions, self._producer._now_ms())
+        facts = self._catalog.get(record.topic)
+        stored = self._broker.append(record, facts.partitions, self._now_ms())
         if stored is None:
             error = KafkaError(KafkaError._TRANSPORT, "in-memory broker: topic made unavailable")
             acknowledgement(error, None)  # type: ignore[arg-type]
@@ -269,54 +274,52 @@ class _Delivered:
         return self._stored.offset
 
 
-class _InMemoryParts(TransactionProducer):
-    """What both in-memory producers add to the real one: memory instead of Kafka."""
+class InMemoryParts:
+    """What an in-memory producer sends with: an :class:`InMemoryBroker`'s topics and writes
+    instead of Kafka's (the :class:`~outbox.seams.PartsSource` it gives the real producer).
 
-    broker: InMemoryBroker
+    Nothing to connect to; no check requests arrive: :meth:`check_back` plays a check round.
+    """
 
-    def _use_broker(self, broker: InMemoryBroker | None) -> None:
+    def __init__(self, broker: InMemoryBroker | None = None) -> None:
         if broker is not None and not isinstance(broker, InMemoryBroker):
             raise ConfigurationError(f"broker must be an InMemoryBroker, got {broker!r}")
         self.broker = broker if broker is not None else InMemoryBroker()
+        self._core: SendingCore | None = None
+        self._writer: _MemoryWriter | None = None
+        self._closed = False
 
-    def start(self) -> Self:
-        """Take the in-memory broker's topics; nothing to connect to."""
-        with self._state_lock:
-            if self._closed:
-                raise ProducerClosedError("this producer was shut down; create a new one")
-            if self._started:
-                return self
-            self._half_partitions = self.broker.half_partitions
-            catalog = _MemoryCatalog(self.broker, self.topics.is_internal)
-            self._catalog = catalog  # type: ignore[assignment]
-            self._limits = SizeLimits(catalog, self.config.client_config())  # type: ignore[arg-type]
-            self._writer = _MemoryWriter(self.broker, self)  # type: ignore[assignment]
-            self._started = True
-        return self
+    def open(self, core: SendingCore) -> SendParts:
+        """Take the in-memory broker's topics."""
+        catalog = _MemoryCatalog(self.broker, core.topics.is_internal)
+        self._writer = _MemoryWriter(self.broker, catalog, core.now_ms)
+        self._core = core
+        limits = SizeLimits(catalog, core.settings.client_config())
+        return SendParts(catalog, limits, self._writer, self.broker.half_partitions)
+
+    def close(self, timeout: float) -> None:
+        """Nothing to close; :meth:`check_back` is refused from now on."""
+        self._closed = True
 
     def check_back(self, transaction_id: str | None = None) -> dict[str, LocalTransactionState]:
-        """One check round over every undecided half (of ``transaction_id``, if given).
-
-        As the checker does it: a put-back copy of the half, a check request for
-        the copy, the listener's answer written as an op on it (and relayed).
-        Returns each asked transaction's state after its answer: COMMIT_MESSAGE,
-        ROLLBACK_MESSAGE, or UNKNOW when it is still undecided.
-        """
+        """:meth:`InMemoryTransactionProducer.check_back`, for the producer these parts are of."""
         if self._closed:
             raise ProducerClosedError("this producer was shut down; check_back needs a running one")
-        if not self._started:
+        core, writer = self._core, self._writer
+        if core is None or writer is None:
             raise ProducerNotStartedError("call start() before check_back()")
+        topics = core.topics
         states: dict[str, LocalTransactionState] = {}
-        for raw in self.broker.undecided(self.topics.half, transaction_id):
+        for raw in self.broker.undecided(topics.half, transaction_id):
             half = HalfRecord.from_record(raw)
-            if half.producer_group != self.group:
+            if half.producer_group != core.group:
                 continue
             copy = half.put_back(raw.offset, raw.timestamp_ms)
-            stored = self._writer.submit_nowait(  # type: ignore[union-attr]
-                copy.to_record(self.topics, raw.partition), OutboxError
+            stored = writer.submit_nowait(
+                copy.to_record(topics, raw.partition), OutboxError
             ).position()
-            self._answer_check(CheckRequest(copy, raw.partition, stored[1], self._now_ms()))
-            decided = self.broker.decision(self.topics.half, raw.partition, raw.offset)
+            core.answer_check(CheckRequest(copy, raw.partition, stored[1], core.now_ms()))
+            decided = self.broker.decision(topics.half, raw.partition, raw.offset)
             states[half.transaction_id] = _STATES.get(decided, LocalTransactionState.UNKNOW)  # type: ignore[arg-type]
         return states
 
@@ -326,7 +329,7 @@ def _settings(config: ProducerSettings | None) -> ProducerSettings:
     return config if config is not None else ProducerSettings(bootstrap_servers="in-memory:0")
 
 
-class InMemoryTransactionProducer(_InMemoryParts):
+class InMemoryTransactionProducer(TransactionProducer):
     """:class:`~outbox.producer.TransactionProducer` on an :class:`InMemoryBroker`.
 
     The real producer's arguments (``options``: ``clock``, ``key_serializer``,
@@ -345,12 +348,20 @@ class InMemoryTransactionProducer(_InMemoryParts):
         broker: InMemoryBroker | None = None,
         **options: Any,
     ) -> None:
-        super().__init__(group, listener, _settings(config), check_executor, **options)
-        self._use_broker(broker)
+        parts = InMemoryParts(broker)
+        super().__init__(group, listener, _settings(config), check_executor, parts=parts, **options)
+        self.broker = parts.broker
+        self._parts = parts
 
+    def check_back(self, transaction_id: str | None = None) -> dict[str, LocalTransactionState]:
+        """One check round over every undecided half (of ``transaction_id``, if given).
 
-class _InMemoryLoopProducer(_InMemoryParts, _LoopProducer):
-    """The asyncio producer's core on an :class:`InMemoryBroker`."""
+        As the checker does it: a put-back copy of the half, a check request for
+        the copy, the listener's answer written as an op on it (and relayed).
+        Returns each asked transaction's state after its answer: COMMIT_MESSAGE,
+        ROLLBACK_MESSAGE, or UNKNOW when it is still undecided.
+        """
+        return self._parts.check_back(transaction_id)
 
 
 class InMemoryAsyncTransactionProducer(AsyncTransactionProducer):
@@ -359,8 +370,6 @@ class InMemoryAsyncTransactionProducer(AsyncTransactionProducer):
     As :class:`InMemoryTransactionProducer`; ``await check_back()`` asks the
     async listener on this loop.
     """
-
-    _core_type = _InMemoryLoopProducer
 
     def __init__(
         self,
@@ -372,16 +381,15 @@ class InMemoryAsyncTransactionProducer(AsyncTransactionProducer):
         broker: InMemoryBroker | None = None,
         **options: Any,
     ) -> None:
-        super().__init__(group, listener, _settings(config), check_executor, **options)
-        core: Any = self._core
-        core._use_broker(broker)
-        self.broker: InMemoryBroker = core.broker
+        parts = InMemoryParts(broker)
+        super().__init__(group, listener, _settings(config), check_executor, parts=parts, **options)
+        self.broker: InMemoryBroker = parts.broker
+        self._parts = parts
 
     async def check_back(
         self, transaction_id: str | None = None
     ) -> dict[str, LocalTransactionState]:
         """As :meth:`InMemoryTransactionProducer.check_back`, the listener awaited on this loop."""
-        core: Any = self._core
         return await asyncio.get_running_loop().run_in_executor(
-            None, core.check_back, transaction_id
+            None, self._parts.check_back, transaction_id
         )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from typing import Protocol
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource
@@ -23,6 +24,19 @@ class TopicFacts:
     name: str
     partitions: int
     max_message_bytes: int
+
+
+class TopicFactsSource(Protocol):
+    """What the producer reads topics' facts from: a :class:`TopicCatalog`, or the
+    in-memory broker's (:mod:`outbox.testing`)."""
+
+    def known(self, topic: str) -> TopicFacts | None:
+        """Facts of ``topic`` if already at hand: never waits for the cluster."""
+        ...
+
+    def get(self, topic: str) -> TopicFacts:
+        """Facts of ``topic``; :class:`InvalidMessageError` if it does not exist."""
+        ...
 
 
 class TopicCatalog:

@@ -88,6 +88,24 @@ def span(
     return _current(started, context)
 
 
+def child_span(
+    parent: Any,
+    name: str,
+    transaction_id: str,
+    resolution: str | None = None,
+    origin: str | None = None,
+) -> AbstractContextManager[Any]:
+    """A span of the send or check ``parent`` about one transaction (its local transaction,
+    its end): none at all when ``parent`` records nothing (:data:`NO_SPAN`)."""
+    if parent is NO_SPAN:
+        return NO_SPAN_BLOCK
+    attributes: dict[str, AttributeValue] = {"outbox.transaction_id": transaction_id}
+    if resolution is not None and origin is not None:
+        attributes["outbox.resolution"] = resolution
+        attributes["outbox.origin"] = origin
+    return span(name, attributes=attributes)
+
+
 @contextmanager
 def _current(started: Any, parent: Any) -> Iterator[Any]:
     """``started`` as the current span for the block, ended with it.

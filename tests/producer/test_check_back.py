@@ -22,6 +22,7 @@ from outbox import (
     TransactionProducer,
     TransactionSendResult,
 )
+from outbox.kafka_parts import KafkaParts
 from outbox.protocol import (
     CheckRequest,
     HalfRecord,
@@ -220,7 +221,8 @@ def test_a_partition_given_to_a_full_responder_loses_no_request(outbox_topics):
     listener = held_checks(release)
     settings = outbox_topics.settings(check_threads=1, check_queue_size=1)
     visitor = Consumer({**outbox_topics.client_config, "group.id": check_topic})
-    with TransactionProducer("orders", listener, settings) as producer:
+    parts = KafkaParts(settings, "orders")
+    with TransactionProducer("orders", listener, settings, parts=parts) as producer:
         sent = undecided_sends(producer, outbox_topics.real_topic, 8)
         visitor.subscribe([check_topic])
         deadline = time.monotonic() + 30
@@ -255,7 +257,8 @@ def test_a_partition_given_to_a_full_responder_loses_no_request(outbox_topics):
             ),
         )
         visitor.close()
-        responder = producer._responder._consumer  # the rebalance is seen from inside only
+        responder = parts.responder  # the rebalance is seen from inside only
+        assert responder is not None
         wait_for(lambda: len(responder.assignment()) == HALF_PARTITIONS)
         time.sleep(0.5)  # one more poll while full: the fetched request is taken back
         release.set()

@@ -151,6 +151,16 @@ def test_caller_chosen_transaction_id_and_partition_are_kept(producer, outbox_to
     assert op.transaction_id == "order-42:v1"
 
 
+def test_each_half_carries_its_producers_transaction_timeout(outbox_topics, listener):
+    """The checker reads the producer's own window off the half (and asks no sooner), so the
+    window on the stored half must be this producer's setting, not a default."""
+    settings = outbox_topics.settings(transaction_timeout_seconds=9.5)
+    with TransactionProducer("orders", listener, settings) as producer:
+        producer.send_message_in_transaction(Message(outbox_topics.real_topic, b"v"), COMMIT)
+    (half_raw,) = outbox_topics.read(outbox_topics.names.half)
+    assert HalfRecord.read(half_raw).end_window_ms == 9_500
+
+
 def test_same_key_same_half_partition(producer, outbox_topics):
     results = [
         producer.send_message_in_transaction(

@@ -28,7 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Session, sessionmaker
 
 from outbox import LocalTransactionState, Message, TransactionProducer
-from outbox.producer import _local_errors
+from outbox.send_flow import recorded_local_transaction_errors
 from outbox.sql import (
     AsyncSqlTransactionListener,
     LogTarget,
@@ -216,12 +216,8 @@ def execute_as_send(
     listener: SqlTransactionListener, msg: Message, arg: Any
 ) -> tuple[LocalTransactionState, BaseException | None]:
     """Run execute_local_transaction as the producer does, collecting the recorded error."""
-    recorded: list[BaseException] = []
-    token = _local_errors.set(recorded)
-    try:
+    with recorded_local_transaction_errors() as recorded:
         state = listener.execute_local_transaction(msg, arg)
-    finally:
-        _local_errors.reset(token)
     return state, (recorded[-1] if recorded else None)
 
 

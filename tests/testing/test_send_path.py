@@ -1,6 +1,6 @@
 """The send path's shortcuts (issue 24): what they skip, and the checks they keep.
 
-No broker: the in-memory producer runs the real send flow, and the async
+No broker: the real send flow runs on the in-memory producer's parts, and the async
 producer's acknowledgement futures are settled from a thread of their own, as
 the client's report thread settles them.
 """
@@ -17,11 +17,13 @@ import pytest
 
 from outbox import LocalTransactionState, Message, ProducerSettings, TransactionSendResult
 from outbox.acked_writer import Acknowledgement
-from outbox.async_producer import _acknowledged, _Arrivals
+from outbox.async_producer import Arrivals, acknowledged_on_loop
 from outbox.errors import HalfWriteError, InvalidMessageError
+from outbox.flow_steps import LocalTransaction, Step, Write, run_blocking
 from outbox.protocol import OpRecord, OutgoingRecord, Resolution, TopicNames
-from outbox.send_flow import LocalTransaction, Write
-from outbox.testing import InMemoryBroker, InMemoryTransactionProducer
+from outbox.send_flow import SendCore
+from outbox.serialization import Serialization
+from outbox.testing import InMemoryBroker, InMemoryParts
 from outbox.validation import build_half
 
 REAL_TOPIC = "orders-events"
@@ -39,17 +41,31 @@ def _second_send(broker: InMemoryBroker) -> tuple[list[Any], TransactionSendResu
     """A send to a topic the producer already knows, driven a step at a time: the steps it
     yielded, and its result."""
     settings = ProducerSettings(bootstrap_servers="in-memory:0")
-    with InMemoryTransactionProducer("orders", _Commits(), settings, broker=broker) as producer:
-        producer.send_message_in_transaction(Message(REAL_TOPIC, b"first"))  # learns the topic
-        flow = producer._send_flow(Message(REAL_TOPIC, b"second", key=b"k"), None)
-        steps: list[Any] = []
+    core = SendCore(
+        "orders",
+        _Commits(),
+        settings,
+        clock=time.time,
+        serialization=Serialization(),
+        parts_source=InMemoryParts(broker),
+    )
+    core.start()
+    try:
+        core.admit()
         try:
-            step = next(flow)
-            while True:
+            run_blocking(core.send(Message(REAL_TOPIC, b"first"), None), core.take)  # learns it
+            steps: list[Any] = []
+
+            def take(step: Step) -> Any:
                 steps.append(step)
-                step = flow.send(producer._take(step))
-        except StopIteration as finished:
-            return steps, finished.value
+                return core.take(step)
+
+            result = run_blocking(core.send(Message(REAL_TOPIC, b"second", key=b"k"), None), take)
+        finally:
+            core.release()
+    finally:
+        core.shutdown(1.0)
+    return steps, result
 
 
 def test_a_send_to_a_known_topic_waits_on_its_two_writes_and_its_local_transaction():
@@ -106,11 +122,13 @@ def test_reports_arriving_together_wake_the_loop_once_and_settle_every_write():
             return schedule(*args, **kwargs)
 
         loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
-        arrivals = _Arrivals(loop)
+        arrivals = Arrivals(loop)
         record = OutgoingRecord("t", None, b"v")
         acknowledgements = [Acknowledgement("t", HalfWriteError, {}) for _ in range(count)]
         waiters = [
-            _acknowledged(Write(record, HalfWriteError, 30.0, time.monotonic() + 30), ack, arrivals)
+            acknowledged_on_loop(
+                Write(record, HalfWriteError, 30.0, time.monotonic() + 30), ack, arrivals
+            )
             for ack in acknowledgements
         ]
 
