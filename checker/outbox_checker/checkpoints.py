@@ -2,7 +2,8 @@
 
 The owner of half partition p commits its half checkpoint as the group offset of p,
 with the op checkpoint in the commit's metadata (:mod:`outbox_checker.round_writer`
-writes both in a round's Kafka transaction). Loading one, as a replica does the first
+writes both in a round's Kafka transaction, in the format of
+:func:`outbox_checker.names.encode_checkpoint`). Loading one, as a replica does the first
 time it works on a partition it was given, clamps it to what retention left (saying
 loudly what was deleted unread) and re-reads the recent op history, so copies of
 transactions that already ended stay skipped (RocketMQ's ``removeMap``, rebuilt).
@@ -27,8 +28,8 @@ from outbox.protocol import RawRecord, TopicNames
 from outbox.reading import watermarks
 from outbox_checker import metrics
 from outbox_checker.ended import EndedTransactions
-from outbox_checker.round_writer import decode_checkpoint
-from outbox_checker.rules import OpEntry
+from outbox_checker.entries import OpEntry
+from outbox_checker.names import decode_checkpoint
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from sqlalchemy.orm import sessionmaker
 
-from outbox.message import LocalTransactionState, Message
+from outbox.message import LocalTransactionState, checked_message
 from outbox.protocol import HalfRecord, OpRecord, OutgoingRecord, Resolution, TopicNames
 from outbox.sql import LogTarget, TransactionLogCheck, create_engine
 
@@ -53,16 +53,7 @@ class DatabaseResolver:
     def __call__(
         self, copy: HalfRecord, half_partition: int, half_offset: int
     ) -> list[OutgoingRecord]:
-        message = Message(
-            topic=copy.real_topic,
-            value=copy.value if copy.value is not None else b"",
-            key=copy.key,
-            transaction_id=copy.transaction_id,
-            check_times=copy.check_times,
-            born_ms=copy.born_ms,
-            half_partition=half_partition,
-            half_offset=copy.identity(half_offset),
-        )
+        message = checked_message(copy, half_partition, half_offset)
         resolution = _RESOLUTIONS.get(self._check.answer(message, copy.producer_group))
         if resolution is None:
             return []  # the log cannot tell yet: ask the producers instead

@@ -55,7 +55,7 @@ markers are read only after ``init_transactions``. So:
   marker, which is written later.)
 
 Before it writes, the resume asks the same question the relay did
-(:func:`~outbox_checker.relay.real_record_problem`: the topic exists, the
+(:func:`~outbox_checker.publishable.real_record_problem`: the topic exists, the
 partition too, the record fits the topic's and the client's limits); a record
 that still does not fit is refused in one line naming the cause, nothing is
 written, and it stays resumable.
@@ -104,7 +104,8 @@ from outbox.size_limits import SizeLimits
 from outbox.topic_catalog import TopicCatalog
 from outbox_checker.errors import ResumeFencedError
 from outbox_checker.kafka_reader import end_offsets
-from outbox_checker.relay import real_record_problem
+from outbox_checker.names import resume_history_group, resume_transactional_id
+from outbox_checker.publishable import real_record_problem
 from outbox_checker.transactional import remember_offset, transactional_config
 
 log = logging.getLogger(__name__)
@@ -124,11 +125,6 @@ SETTLE_PAUSE = 0.1
 _MISMATCH_DETAIL = "which belongs to transaction"
 """In the detail of an unpublishable discard an older relay wrote with another transaction's
 half (an op naming a half that was not its own): never publishable as the committed one."""
-
-
-def resume_transactional_id(topics: TopicNames) -> str:
-    """One transactional id per deployment, so concurrent resumes fence each other."""
-    return f"{topics.prefix}.discard-resume"
 
 
 # ------------------------------------------------------------------ records
@@ -333,7 +329,9 @@ class ResumeOutcome:
 
 
 @dataclass
-class _Plan:
+class ResumePlan:
+    """What a resume does for one discarded half: put it back, or publish its real record."""
+
     chosen: DiscardedHalf
     settles: list[DiscardedHalf]
     """Every not-yet-resumed discard of the half (its copies'): its latest settles them all."""
@@ -415,7 +413,7 @@ def resume_discards(
         # that had not is fenced (see the module docstring).
         _wait_until_settled(client, topics.discard, timeout)
         discards = read_discards(client, topics, timeout)
-        outcome, plans = _plan(discards, transaction_ids, partitions)
+        outcome, plans = plan_resumes(discards, transaction_ids, partitions)
         put_back = [plan for plan in plans if not plan.publishes]
         if not past_op_retention:
             put_back = _within_op_history(put_back, outcome, client, topics, timeout)
@@ -468,9 +466,14 @@ def _half_partitions(producer: Producer, topics: TopicNames, timeout: float) -> 
     return len(topic.partitions)
 
 
-def _plan(
+def plan_resumes(
     discards: list[DiscardedHalf], transaction_ids: Sequence[str] | None, partitions: int
-) -> tuple[ResumeOutcome, list[_Plan]]:
+) -> tuple[ResumeOutcome, list[ResumePlan]]:
+    """What :func:`resume_discards` would do with ``discards`` (read from the discard topic,
+    markers included), writing nothing: one plan per discarded half asked for (all open
+    ones if ``transaction_ids`` is None), and in the outcome the ids already resumed,
+    unknown or refused. ``partitions``: the half topic's partition count. The op history
+    (``past_op_retention``) and the real topics' limits are not consulted here."""
     outcome = ResumeOutcome()
     by_id: dict[str, list[DiscardedHalf]] = {}
     for discard in discards:
@@ -479,7 +482,7 @@ def _plan(
         wanted = [tid for tid, found in by_id.items() if any(d.resumed is None for d in found)]
     else:
         wanted = list(dict.fromkeys(transaction_ids))
-    plans: list[_Plan] = []
+    plans: list[ResumePlan] = []
     for transaction_id in wanted:
         found = by_id.get(transaction_id, [])
         if not found:
@@ -504,7 +507,7 @@ def _plan(
                 outcome.refused.append((label, problem))
         # One half back per discarded half, never per id: a reused id names several halves,
         # and each must be asked about (a discard settled by another's copy is lost).
-        plans += [_Plan(_chosen(usable), usable) for usable in by_half.values()]
+        plans += [ResumePlan(_chosen(usable), usable) for usable in by_half.values()]
     return outcome, plans
 
 
@@ -516,11 +519,11 @@ def _chosen(usable: list[DiscardedHalf]) -> DiscardedHalf:
 
 
 def _publishable(
-    plans: list[_Plan],
+    plans: list[ResumePlan],
     outcome: ResumeOutcome,
     producer_config: dict[str, Any],
     timeout: float,
-) -> list[_Plan]:
+) -> list[ResumePlan]:
     """The publishing plans whose real record can be written now; the others refused,
     in one line naming the cause, and left resumable for a later run."""
     if not plans:
@@ -545,16 +548,16 @@ def _publishable(
 
 
 def _within_op_history(
-    plans: list[_Plan],
+    plans: list[ResumePlan],
     outcome: ResumeOutcome,
     client_config: dict[str, Any],
     topics: TopicNames,
     timeout: float,
-) -> list[_Plan]:
+) -> list[ResumePlan]:
     """The plans whose half's decisions are all still in the op topic; the others refused."""
     if not plans:
         return plans
-    consumer = Consumer({**client_config, "group.id": f"{resume_transactional_id(topics)}.history"})
+    consumer = Consumer({**client_config, "group.id": resume_history_group(topics)})
     try:
         kept = []
         for plan in plans:
@@ -608,7 +611,7 @@ def _latest(discard: DiscardedHalf) -> tuple[int, tuple[int, int]]:
 def _write(
     producer: Producer,
     topics: TopicNames,
-    plans: list[_Plan],
+    plans: list[ResumePlan],
     now_ms: Callable[[], int],
     timeout: float,
 ) -> list[Resumed]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import time
-import uuid
 from collections import deque
 from collections.abc import Iterator
 from contextlib import suppress
@@ -24,11 +23,11 @@ from typing import Any
 from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from outbox.acls import CHECKER_READER_GROUP_PREFIX
 from outbox.errors import KafkaUnavailableError
 from outbox.protocol import RawRecord, TopicNames
 from outbox.reading import LEADER_PATIENCE
-from outbox_checker.rules import HalfEntry, OpEntry
+from outbox_checker.entries import HalfEntry, OpEntry
+from outbox_checker.names import reader_group
 from outbox_checker.silence import close_in_background, partitions_behind
 
 log = logging.getLogger(__name__)
@@ -42,7 +41,7 @@ def reader_config(client_config: dict[str, Any]) -> dict[str, Any]:
     """A consumer of the checker's that reads committed data in no group of its own."""
     return {
         **client_config,
-        "group.id": f"{CHECKER_READER_GROUP_PREFIX}{uuid.uuid4().hex}",
+        "group.id": reader_group(),
         "enable.auto.commit": False,
         "isolation.level": "read_committed",
     }
@@ -96,6 +95,12 @@ class TopicCursor:
                 "fetch.wait.max.ms": 50,
             }
         )
+
+    @property
+    def consumer(self) -> Consumer:
+        """The consumer reading now: replaced by a fresh one when it goes silent
+        (:attr:`replacements`), so hold it no longer than a read."""
+        return self._consumer
 
     def close(self) -> None:
         self._consumer.close()

@@ -55,6 +55,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from outbox.config import KAFKA_LOGGER_NAME
 from outbox.errors import DuplicateInstanceError
+from outbox_checker.silence import close_in_background
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +109,95 @@ def group_member(
     consumer = Consumer(config)
     consumer.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_revoke)
     return consumer, config["logger"]
+
+
+class GroupMember:
+    """A replica's member of one consumer group, subscribed to one topic: the rounds'
+    (:class:`outbox_checker.ownership.HalfOwnership`) and the relay's
+    (:class:`outbox_checker.relay_partitions.OpPartitions`) are each one.
+
+    Its consumer is configured by :func:`group_consumer_config` and subscribed by
+    :func:`group_member`. A static member fenced by its own rejoin joins again with a fresh
+    consumer, one fenced by a twin ends the replica (:func:`must_rejoin`); a join the group
+    refuses mid-upgrade is waited out (:class:`JoinRefusals`). The assignment callbacks
+    hear only the consumer of the moment: a replaced consumer's last word is dropped.
+    """
+
+    def __init__(
+        self,
+        client_config: dict[str, Any],
+        topic: str,
+        *,
+        group: str,
+        instance: str | None,
+        session_timeout_ms: int,
+        on_assign: Rebalance,
+        on_revoke: Rebalance,
+        on_rejoin: Callable[[], None],
+        role: str,
+        group_label: str,
+        overrides: dict[str, Any] | None = None,
+    ) -> None:
+        """``instance``: the replica's stable id, for static membership (``None``: a dynamic
+        member). ``on_rejoin`` is told once a fresh consumer replaced a fenced one, before
+        the old one closes: what it owned is the new one's to be given. ``role`` and
+        ``group_label`` name the consumer and its group in the fence's warning and error
+        ("relay consumer", "relay group 'x'"); ``overrides``: librdkafka properties over
+        the group consumer's."""
+        self._client_config = client_config
+        self._topic = topic
+        self._group = group
+        self._instance = instance
+        self._session_timeout_ms = session_timeout_ms
+        self._on_assign = on_assign
+        self._on_revoke = on_revoke
+        self._on_rejoin = on_rejoin
+        self._role = role
+        self._group_label = group_label
+        self._overrides = overrides or {}
+        self._fences = Fences()
+        self.refusals = JoinRefusals(group)
+        """Whether the group refuses this replica's joins lately (it waits, and is ready)."""
+        self._consumer, self._session_log = self._join()
+
+    @property
+    def consumer(self) -> Consumer:
+        """The group consumer now: replaced by :meth:`rejoin`."""
+        return self._consumer
+
+    def _join(self) -> tuple[Consumer, SessionLog]:
+        config = group_consumer_config(
+            self._client_config, self._group, self._instance, self._session_timeout_ms
+        )
+        return group_member(
+            {**config, **self._overrides}, self._topic, self._assigned, self._revoked
+        )
+
+    def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if consumer is self._consumer:  # not a replaced consumer's last word
+            self._on_assign(consumer, partitions)
+
+    def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if consumer is self._consumer:
+            self._on_revoke(consumer, partitions)
+
+    def rejoin(self) -> None:
+        """Join the group again with a fresh consumer; the old one closes in the background."""
+        old, (self._consumer, self._session_log) = self._consumer, self._join()
+        self._on_rejoin()
+        close_in_background(old)
+
+    def handled(self, error: KafkaError) -> bool:
+        """Whether ``error`` was the group's to deal with, and is dealt with: a fence of this
+        static member (it joined again, :meth:`rejoin`) or a refused join (waited out).
+        Raises DuplicateInstanceError when another replica has this one's id."""
+        fenced = must_rejoin(
+            error, self._instance, self._session_log, self._fences, self._role, self._group_label
+        )
+        if fenced:
+            self.rejoin()
+            return True
+        return self.refusals.explains(error)
 
 
 def must_rejoin(

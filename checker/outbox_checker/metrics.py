@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Protocol
 
 from prometheus_client import Counter, Gauge, Histogram
-
-from outbox_checker.rules import RoundChunk
 
 PENDING = Gauge(
     "outbox_checker_pending_halves",
@@ -125,7 +124,17 @@ def measure_with(now_ms: Callable[[], int], last_round_ms: Callable[[], int | No
     SECONDS_SINCE_LAST_ROUND.set_function(since_last_round)
 
 
-def record_pending(partition: int, chunk: RoundChunk) -> None:
+class PendingCounts(Protocol):
+    """What a round's last chunk (:class:`outbox_checker.rules.RoundChunk`) says is pending."""
+
+    @property
+    def pending_by_topic(self) -> Mapping[str, int]: ...
+
+    @property
+    def oldest_pending_born_ms(self) -> int | None: ...
+
+
+def record_pending(partition: int, chunk: PendingCounts) -> None:
     """Publish the pending counts of a round's last chunk, zeroing topics now clear."""
     label = str(partition)
     for topic in _topics_by_partition.get(partition, set()) - set(chunk.pending_by_topic):

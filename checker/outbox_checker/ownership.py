@@ -17,15 +17,8 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from outbox.access import is_authorization_failure
 from outbox.errors import NotAuthorizedError
 from outbox_checker.checkpoints import Checkpoint
-from outbox_checker.membership import (
-    Fences,
-    JoinRefusals,
-    group_consumer_config,
-    group_member,
-    must_rejoin,
-)
+from outbox_checker.membership import GroupMember
 from outbox_checker.settings import CheckerSettings
-from outbox_checker.silence import close_in_background
 
 log = logging.getLogger(__name__)
 
@@ -39,35 +32,34 @@ class HalfOwnership:
         """``static_id``: the replica's id if it survives restarts, making it a static member
         (:mod:`outbox_checker.membership`)."""
         self._settings = settings
-        self._static_id = static_id
         self._owned: dict[int, Checkpoint | None] = {}
         self._lock = threading.Lock()
         self.assigned = threading.Event()
         """Set once the group has given this replica its first assignment."""
         self.generation = 0
         """How many assignments the group has given this replica (one per rebalance)."""
-        self.refusals = JoinRefusals(settings.group_id)
-        self._fences = Fences()
-        self.consumer = self._new_consumer()
+        self._member = GroupMember(
+            settings.client_config(),
+            settings.topics.half,
+            group=settings.group_id,
+            instance=static_id,
+            session_timeout_ms=settings.session_timeout_ms,
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_rejoin=self._forget_owned,
+            role="group consumer",
+            group_label=f"group {settings.group_id!r}",
+            overrides={"max.poll.interval.ms": 600_000},
+        )
+        self.refusals = self._member.refusals
+        """Whether the group refuses this replica's joins lately (it waits, and is ready)."""
 
-    def _new_consumer(self) -> Consumer:
-        config = group_consumer_config(
-            self._settings.client_config(),
-            self._settings.group_id,
-            self._static_id,
-            self._settings.session_timeout_ms,
-        )
-        consumer, self._session_log = group_member(
-            {**config, "max.poll.interval.ms": 600_000},
-            self._settings.topics.half,
-            self._on_assign,
-            self._on_revoke,
-        )
-        return consumer
+    @property
+    def consumer(self) -> Consumer:
+        """The group consumer now (a fenced one is replaced)."""
+        return self._member.consumer
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        if consumer is not self.consumer:
-            return  # a replaced consumer's last word
         consumer.assign(partitions)  # eager: the whole assignment
         consumer.pause(partitions)  # membership only: the rounds read with their own cursors
         with self._lock:
@@ -78,13 +70,16 @@ class HalfOwnership:
         self.assigned.set()
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        if consumer is not self.consumer:
-            return
         with self._lock:
             for tp in partitions:
                 self._owned.pop(tp.partition, None)
         consumer.unassign()  # eager: everything goes back
         log.info("revoked half partitions %s", sorted(tp.partition for tp in partitions))
+
+    def _forget_owned(self) -> None:
+        """A fresh consumer joins: what the fenced one owned, the group hands out again."""
+        with self._lock:
+            self._owned.clear()
 
     def partitions(self) -> list[int]:
         with self._lock:
@@ -115,15 +110,7 @@ class HalfOwnership:
         """
         message = self.consumer.poll(timeout)
         error = message.error() if message is not None else None
-        if error is None:
-            return
-        group, session = f"group {self._settings.group_id!r}", self._session_log
-        if must_rejoin(error, self._static_id, session, self._fences, "group consumer", group):
-            old, self.consumer = self.consumer, self._new_consumer()
-            with self._lock:
-                self._owned.clear()
-            close_in_background(old)
-        if self.refusals.explains(error):
+        if error is None or self._member.handled(error):
             return
         if is_authorization_failure(error):
             settings = self._settings

@@ -47,7 +47,7 @@ from outbox.sql import LogTarget, create_engine
 from outbox.sql.engine import connect
 from outbox.sql.log import missing_part, outdated_table_error, require_table, transaction_log_table
 from outbox_checker import metrics
-from outbox_checker.rules import HalfEntry
+from outbox_checker.entries import HalfEntry
 
 log = logging.getLogger(__name__)
 

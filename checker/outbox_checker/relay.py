@@ -57,20 +57,12 @@ from outbox_checker.relay_batch import (
 )
 from outbox_checker.relay_lookups import RelayLookups
 from outbox_checker.relay_partitions import OpPartitions
-from outbox_checker.relay_records import RealRecords, real_record_problem
+from outbox_checker.relay_records import RealRecords
 from outbox_checker.relay_transaction import RelayTransactions
-from outbox_checker.settings import CHECKER_DEFAULTS, CheckerSettings
+from outbox_checker.settings import CheckerSettings, built_from_settings, from_setting
 from outbox_checker.transactional import transactional_config
 
-__all__ = [
-    "BatchReport",
-    "HalfState",
-    "Relay",
-    "RelaySettings",
-    "real_record_problem",
-    "relay_group",
-    "relay_transactional_id",
-]
+__all__ = ["BatchReport", "HalfState", "Relay", "RelaySettings"]
 
 log = logging.getLogger(__name__)
 
@@ -81,11 +73,6 @@ _OP_WAIT = metrics.RELAY_STAGE_SECONDS.labels("op_wait")
 _HALF_END = metrics.RELAY_STAGE_SECONDS.labels("half_end")
 
 
-def relay_group(checker_group: str) -> str:
-    """The relay's consumer group, beside the rounds' group of the same replicas."""
-    return f"{checker_group}.relay"
-
-
 def _log_failed_batch(problem: Exception, backoff: float) -> None:
     """A refusal is an error someone must act on (grant the ACL); anything else, a warning."""
     if isinstance(problem, NotAuthorizedError):
@@ -94,23 +81,17 @@ def _log_failed_batch(problem: Exception, backoff: float) -> None:
         log.warning("relay batch failed, reading it again in %.1fs: %s", backoff, problem)
 
 
-def relay_transactional_id(checker_group: str, instance: str) -> str:
-    """A replica's relay ``transactional.id``: the same across its restarts, so a new
-    incarnation fences the old one's open transaction (and names its coordinator)."""
-    return f"{relay_group(checker_group)}.{instance}"
-
-
 @dataclass(frozen=True)
 class RelaySettings:
     """The relay's knobs: :meth:`from_settings`, defaults from :class:`CheckerSettings`."""
 
-    batch: int = CHECKER_DEFAULTS.relay_batch
-    memory: int = CHECKER_DEFAULTS.relay_memory
-    transaction_timeout_ms: int = CHECKER_DEFAULTS.relay_transaction_timeout_ms
+    batch: int = from_setting("relay_batch")
+    memory: int = from_setting("relay_memory")
+    transaction_timeout_ms: int = from_setting("relay_transaction_timeout_ms")
     timeout: float = 30.0
     silence_seconds: float = 10.0
     """Idle this long while its op partitions have undelivered decisions: the consumer is wedged."""
-    session_timeout_ms: int = CHECKER_DEFAULTS.session_timeout_ms
+    session_timeout_ms: int = from_setting("session_timeout_ms")
     """The relay consumer's session (:mod:`outbox_checker.membership`)."""
     transaction_deadline: float = 5.0
     """A batch's Kafka transaction still running this long is abandoned and its producer
@@ -125,12 +106,7 @@ class RelaySettings:
     @classmethod
     def from_settings(cls, settings: CheckerSettings) -> RelaySettings:
         """The relay of a checker with ``settings``."""
-        return cls(
-            batch=settings.relay_batch,
-            memory=settings.relay_memory,
-            transaction_timeout_ms=settings.relay_transaction_timeout_ms,
-            session_timeout_ms=settings.session_timeout_ms,
-        )
+        return built_from_settings(cls, settings)
 
 
 class Relay:

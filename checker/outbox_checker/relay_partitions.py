@@ -23,16 +23,10 @@ from confluent_kafka import Message as KafkaMessage
 
 from outbox_checker import metrics
 from outbox_checker.decision_memory import DecisionMemory
-from outbox_checker.membership import (
-    Fences,
-    JoinRefusals,
-    group_consumer_config,
-    group_member,
-    must_rejoin,
-)
+from outbox_checker.membership import GroupMember
 from outbox_checker.relay_batch import HalfState
 from outbox_checker.relay_lookups import RelayLookups
-from outbox_checker.silence import SilenceWatch, close_in_background
+from outbox_checker.silence import SilenceWatch
 
 log = logging.getLogger("outbox_checker.relay")  # the relay's one logger, whichever module logs
 
@@ -58,18 +52,12 @@ class OpPartitions:
         group (:mod:`outbox_checker.membership`); ``None`` joins as a dynamic member.
         ``on_release``: told the partitions this replica stops relaying (a revocation, a
         fresh consumer), before they are shelved."""
-        self._client_config = client_config
         self._op_topic = op_topic
         self._lookups = lookups
-        self._group_id = group_id
-        self._instance_id = instance_id
-        self._session_timeout_ms = session_timeout_ms
         self._capacity = memory
         self._timeout = timeout
         self._silence_seconds = silence_seconds
         self._on_release = on_release
-        self._fences = Fences()
-        self._refusals = JoinRefusals(group_id)
         self._memories: dict[int, DecisionMemory] = {}
         self._relayed: dict[int, int] = {}
         """Per owned op partition, the offset after the last decision relayed and committed."""
@@ -85,13 +73,24 @@ class OpPartitions:
         self._aside_since: float | None = None
         """Since when partitions stand aside unresumed (see :meth:`resume`)."""
         self._silence = SilenceWatch(silence_seconds)
-        self._consumer = self._new_consumer()
+        self._member = GroupMember(
+            client_config,
+            op_topic,
+            group=group_id,
+            instance=instance_id,
+            session_timeout_ms=session_timeout_ms,
+            on_assign=self.on_assign,
+            on_revoke=self.on_revoke,
+            on_rejoin=self._release_all,
+            role="relay consumer",
+            group_label=f"relay group {group_id!r}",
+        )
 
     @property
     def consumer(self) -> Consumer:
         """The group consumer now: replaced when it goes silent, is fenced or cannot put
         partitions back."""
-        return self._consumer
+        return self._member.consumer
 
     @property
     def silence(self) -> SilenceWatch:
@@ -144,29 +143,13 @@ class OpPartitions:
 
     # ----------------------------------------------------------- membership
 
-    def _new_consumer(self) -> Consumer:
-        config = group_consumer_config(
-            self._client_config,
-            self._group_id,
-            self._instance_id,
-            self._session_timeout_ms,
-        )
-        consumer, self._session_log = group_member(
-            config, self._op_topic, self.on_assign, self.on_revoke
-        )
-        return consumer
-
     def usable(self, message: KafkaMessage) -> bool:
         """Whether ``message`` is a record; an error is handled (a fence joins again with a
         fresh consumer), and one the relay cannot go on with is raised."""
         error = message.error()
         if error is None:
             return True
-        group, session = f"relay group {self._group_id!r}", self._session_log
-        if must_rejoin(error, self._instance_id, session, self._fences, "relay consumer", group):
-            self.replace_consumer()
-            return False
-        if self._refusals.explains(error):
+        if self._member.handled(error):
             return False
         if error.code() != KafkaError._PARTITION_EOF:
             raise KafkaException(error)
@@ -174,8 +157,6 @@ class OpPartitions:
 
     def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """The group's assignment callback: restore each partition at its committed offset."""
-        if consumer is not self._consumer:
-            return  # a replaced consumer's last word
         starts = []
         for tp in partitions:
             position = self._try_restore(tp.partition)
@@ -192,8 +173,6 @@ class OpPartitions:
 
     def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """The group's revocation callback (and a lost assignment's): shelve the partitions."""
-        if consumer is not self._consumer:
-            return
         released = [tp.partition for tp in partitions]
         self._on_release(released)  # lost in an outage, maybe: a fresh producer next
         for partition in released:
@@ -206,12 +185,14 @@ class OpPartitions:
 
     def replace_consumer(self) -> None:
         """Join the group again with a fresh consumer; it resumes from the committed offsets."""
-        old, self._consumer = self._consumer, self._new_consumer()
+        self._member.rejoin()
+
+    def _release_all(self) -> None:
+        """A fresh consumer joined: every partition relayed or waiting is the group's again."""
         self._on_release(list(self._memories))
         for partition in list(self._memories):
             self._shelve(partition)
         self._unrestored.clear()
-        close_in_background(old)
 
     # ----------------------------------------------------------- restore
 
@@ -236,7 +217,7 @@ class OpPartitions:
         last batch is either in it or aborted, never half-seen.
         """
         tp = TopicPartition(self._op_topic, partition)
-        (committed,) = self._consumer.committed([tp], timeout=self._timeout)
+        (committed,) = self.consumer.committed([tp], timeout=self._timeout)
         low = self._lookups.op_start(partition)
         position = committed.offset
         if position == OFFSET_INVALID or position < 0:
@@ -312,7 +293,7 @@ class OpPartitions:
     def hold(self, partition: int, offset: int) -> None:
         """Read ``partition`` again from ``offset``; stand it aside if it cannot be put there."""
         try:
-            self._consumer.seek(TopicPartition(self._op_topic, partition, offset))
+            self.consumer.seek(TopicPartition(self._op_topic, partition, offset))
         except KafkaException as exc:
             log.warning("relay cannot hold op partition %d at %d: %s", partition, offset, exc)
             self.stand_aside(partition)
@@ -324,7 +305,7 @@ class OpPartitions:
             position = self._try_restore(partition)
             if position is not None:
                 try:
-                    self._consumer.seek(TopicPartition(self._op_topic, partition, position))
+                    self.consumer.seek(TopicPartition(self._op_topic, partition, position))
                 except KafkaException as exc:
                     log.warning("relay cannot resume op partition %d yet: %s", partition, exc)
                     position = None

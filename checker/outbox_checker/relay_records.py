@@ -14,7 +14,6 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 
-from outbox.errors import InvalidMessageError
 from outbox.protocol import (
     Decision,
     DiscardReason,
@@ -32,6 +31,7 @@ from outbox.size_limits import SizeLimits
 from outbox.topic_catalog import TopicCatalog
 from outbox_checker import metrics
 from outbox_checker.half_lookup import HalfLookup
+from outbox_checker.publishable import real_record_problem
 from outbox_checker.relay_batch import BatchReport
 
 log = logging.getLogger("outbox_checker.relay")  # the relay's one logger, whichever module logs
@@ -39,24 +39,6 @@ log = logging.getLogger("outbox_checker.relay")  # the relay's one logger, which
 _PRODUCER_GROUP = Header.PRODUCER_GROUP.value
 _TRANSACTION_ID = Header.TRANSACTION_ID.value
 _HALF_LOOKUP = metrics.RELAY_STAGE_SECONDS.labels("half_lookup")
-
-
-def real_record_problem(
-    catalog: TopicCatalog, limits: SizeLimits, record: OutgoingRecord
-) -> str | None:
-    """Why the real record of a committed half cannot be written now; None when it can.
-
-    The relay's test before it publishes, and `outbox discard resume`'s before it
-    publishes an unpublishable discard once its cause is fixed: one test, so the
-    two never disagree on what "fixed" means.
-    """
-    try:
-        facts = catalog.get(record.topic)
-    except InvalidMessageError as exc:
-        return str(exc)
-    if record.partition is not None and record.partition >= facts.partitions:
-        return f"partition {record.partition} of {record.topic!r} does not exist"
-    return limits.problem("real record", record)
 
 
 class RealRecords:

@@ -3,9 +3,10 @@
 Each chunk of a round is one Kafka transaction: the put-back copies, the check
 requests naming those copies, the discard records, and the new half checkpoint
 (the committed offset of the checker's consumer group, with the op checkpoint
-in its metadata) become visible together or not at all. A crash mid-chunk
-therefore neither duplicates a copy nor skips a half, and a replica that lost
-its partition in a rebalance is fenced by the group metadata (KIP-447).
+in its metadata: :func:`outbox_checker.names.encode_checkpoint`) become visible
+together or not at all. A crash mid-chunk therefore neither duplicates a copy nor
+skips a half, and a replica that lost its partition in a rebalance is fenced by the
+group metadata (KIP-447).
 
 The commit (``commit_transaction``: the check requests' acknowledgements, then
 the broker ending the transaction) is left to the chunk's thread while the round
@@ -38,8 +39,10 @@ from outbox.protocol import (
 from outbox.protocol.sizes import record_size, records_a_half_becomes
 from outbox.size_limits import GROWTH_BYTES, SizeLimits
 from outbox.topic_catalog import TopicCatalog
+from outbox_checker.entries import HalfEntry
 from outbox_checker.errors import FencedError
-from outbox_checker.rules import Discard, HalfEntry, RoundChunk
+from outbox_checker.names import encode_checkpoint
+from outbox_checker.rules import Discard, RoundChunk
 from outbox_checker.transactional import remember_offset, transactional_config
 
 log = logging.getLogger(__name__)
@@ -61,19 +64,6 @@ _WATCH_SECONDS = 0.1
 _FRESH_SECONDS = 10.0
 """A producer started this recently, and unused since, serves a round as it is
 (:meth:`RoundWriter.renew_for_round`)."""
-
-_OP_KEY = "op="
-
-
-def encode_checkpoint(op_offset: int) -> str:
-    """Commit metadata of a half checkpoint: the op checkpoint rides along."""
-    return f"{_OP_KEY}{op_offset}"
-
-
-def decode_checkpoint(metadata: str | None) -> int | None:
-    if metadata and metadata.startswith(_OP_KEY) and metadata[len(_OP_KEY) :].isdigit():
-        return int(metadata[len(_OP_KEY) :])
-    return None
 
 
 @dataclass

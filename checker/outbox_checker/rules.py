@@ -52,49 +52,12 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
-from outbox.protocol import DiscardReason, HalfRecord, MalformedRecordError, OpRecord, RawRecord
+from outbox.protocol import DiscardReason, HalfRecord
 from outbox_checker.ended import EndedTransactions, HalfIdentity
-from outbox_checker.settings import CHECKER_DEFAULTS, CheckerSettings
+from outbox_checker.entries import HalfEntry, OpEntry
+from outbox_checker.settings import CheckerSettings, built_from_settings, from_setting
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class HalfEntry:
-    """A record of the half partition, decoded if it could be."""
-
-    raw: RawRecord
-    stored_ms: int
-    half: HalfRecord | None
-    error: MalformedRecordError | None = None
-
-    @property
-    def offset(self) -> int:
-        return self.raw.offset
-
-    @classmethod
-    def of(cls, raw: RawRecord) -> HalfEntry:
-        stored_ms = raw.timestamp_ms or 0
-        try:
-            return cls(raw, stored_ms, HalfRecord.read(raw))
-        except MalformedRecordError as exc:
-            return cls(raw, stored_ms, None, exc)
-
-
-@dataclass(frozen=True)
-class OpEntry:
-    """A record of the op partition; ``op`` is ``None`` when it did not decode."""
-
-    offset: int
-    op: OpRecord | None
-
-    @classmethod
-    def of(cls, raw: RawRecord) -> OpEntry:
-        try:
-            return cls(raw.offset, OpRecord.from_record(raw))
-        except MalformedRecordError as exc:
-            log.warning("ignoring a malformed op record: %s", exc)
-            return cls(raw.offset, None)
 
 
 class PartitionReader(Protocol):
@@ -174,13 +137,13 @@ class RoundChunk:
 class RoundRules:
     """The knobs the rules read: :meth:`from_settings`, defaults from :class:`CheckerSettings`."""
 
-    transaction_timeout_ms: int = CHECKER_DEFAULTS.transaction_timeout_ms
-    check_max: int = CHECKER_DEFAULTS.check_max
-    max_process_ms: int = CHECKER_DEFAULTS.max_process_ms
-    op_read_batch: int = CHECKER_DEFAULTS.op_read_batch
-    max_ops_per_round: int = CHECKER_DEFAULTS.max_ops_per_round
+    transaction_timeout_ms: int = from_setting("transaction_timeout_ms")
+    check_max: int = from_setting("check_max")
+    max_process_ms: int = from_setting("max_process_ms")
+    op_read_batch: int = from_setting("op_read_batch")
+    max_ops_per_round: int = from_setting("max_ops_per_round")
     """Most ops read per partition per round (bounds the op window's memory)."""
-    retention_ms: int = CHECKER_DEFAULTS.retention_ms
+    retention_ms: int = from_setting("retention_ms")
     chunk_size: int = 1000
     """Halves settled per chunk (one Kafka transaction each)."""
     pending_scan_limit: int = 10_000
@@ -194,14 +157,7 @@ class RoundRules:
     @classmethod
     def from_settings(cls, settings: CheckerSettings) -> RoundRules:
         """The rules a checker with ``settings`` runs its rounds by."""
-        return cls(
-            transaction_timeout_ms=settings.transaction_timeout_ms,
-            check_max=settings.check_max,
-            max_process_ms=settings.max_process_ms,
-            op_read_batch=settings.op_read_batch,
-            max_ops_per_round=settings.max_ops_per_round,
-            retention_ms=settings.retention_ms,
-        )
+        return built_from_settings(cls, settings)
 
 
 class _OpWindow:

@@ -1,11 +1,14 @@
-"""The checker service: rounds over the half partitions this replica owns.
+"""The checker service: one replica, running the rounds and the relay side by side.
 
 Replicas share the half partitions through one consumer group (subscribed to
 the half topic, every partition paused: membership and fencing are all it is
 for). The owner of half partition p also reads op partition p. Its committed
 offset on half partition p is the half checkpoint, with the op checkpoint in
 the commit metadata, written in the same Kafka transaction as the round's
-records (:mod:`outbox_checker.round_writer`).
+records (:mod:`outbox_checker.round_writer`). The rounds' work is
+:class:`~outbox_checker.rounds.Rounds`; this module is the replica around it and the
+relay (:class:`~outbox_checker.relay.Relay`, a thread of the same process): the
+schedule, the group served, the probes' answers.
 """
 
 from __future__ import annotations
@@ -16,10 +19,9 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
 from typing import Any
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 from sqlalchemy.exc import SQLAlchemyError
 from tenacity import Retrying, retry_if_exception_type, wait_exponential
@@ -31,49 +33,18 @@ from outbox.errors import (
     KafkaUnavailableError,
     OutboxError,
 )
-from outbox.protocol import HalfRecord, OutgoingRecord
-from outbox.topic_catalog import TopicCatalog
 from outbox_checker import metrics
-from outbox_checker.check_topics import CheckTopics
-from outbox_checker.checkpoints import Checkpoint, CheckpointLoader
-from outbox_checker.ended import EndedTransactions
 from outbox_checker.errors import FencedError
-from outbox_checker.kafka_reader import KafkaPartitionReader, TopicCursor
 from outbox_checker.membership import process_instance_id
+from outbox_checker.names import relay_group, relay_transactional_id
 from outbox_checker.ownership import HalfOwnership
 from outbox_checker.parked import DrainReport, DrainSchedule, DrainTrigger, ParkedDrain
-from outbox_checker.relay import Relay, RelaySettings, relay_group, relay_transactional_id
-from outbox_checker.round_writer import PendingChunk, RoundWriter
-from outbox_checker.rules import RoundChunk, RoundRules, iter_round
+from outbox_checker.relay import Relay, RelaySettings
+from outbox_checker.rounds import ProducerFactory, Resolver, RoundReport, Rounds
+from outbox_checker.rules import RoundRules
 from outbox_checker.settings import CheckerSettings
 
 log = logging.getLogger(__name__)
-
-Resolver = Callable[[HalfRecord, int, int], list[OutgoingRecord]]
-
-
-@dataclass
-class PartitionReport:
-    partition: int
-    checks_sent: int = 0
-    put_backs: int = 0
-    discards: int = 0
-    skipped_ended: int = 0
-    stop_reason: str = ""
-    half_checkpoint: int = 0
-    op_checkpoint: int = 0
-    due_again_ms: int | None = None
-    """When a round could go past this partition's stop before the interval is up."""
-
-
-@dataclass
-class RoundReport:
-    partitions: list[PartitionReport] = field(default_factory=list)
-    seconds: float = 0.0
-
-    @property
-    def checks_sent(self) -> int:
-        return sum(p.checks_sent for p in self.partitions)
 
 
 class Checker:
@@ -85,15 +56,23 @@ class Checker:
         *,
         clock: Callable[[], float] = time.time,
         resolver: Resolver | None = None,
+        rules: RoundRules | None = None,
+        producer_factory: ProducerFactory = Producer,
+        writer_timeout: float = 30.0,
     ) -> None:
+        """``clock``: the checker's wall clock (ages, rounds' timing); ``resolver`` answers due
+        halves itself (default: from the transaction log with ``resolve_from_db``).
+        ``rules``: what the rounds run by, for knobs that are no setting (a chunk's size;
+        default :meth:`RoundRules.from_settings`). ``producer_factory`` makes the round
+        writer's transactional producer from its configuration (a wrapped or instrumented
+        ``Producer``); ``writer_timeout``: each of the writer's Kafka calls waits this long,
+        and a chunk stuck past three is abandoned and its producer fenced."""
         self.settings = settings
         self.topics = settings.topics
         self._clock = clock
-        self._resolver = resolver or _database_resolver(settings, clock)
+        resolver = resolver or _database_resolver(settings, clock)
         self._drain = _parked_drain(settings, clock)
         self._drain_schedule = DrainSchedule(settings.drain_interval_seconds)
-        self._rules = RoundRules.from_settings(settings)
-        self._ended = EndedTransactions(settings.ended_cache_size)
         self._stopping = threading.Event()
         self.last_round_at: float | None = None
         self.early_round_at: float | None = None
@@ -105,28 +84,25 @@ class Checker:
         self._static_id = settings.stable_instance_id
         """Its id if it survives restarts: then a static member (:mod:`.membership`)."""
         self._instance = instance = self._static_id or process_instance_id()
-        self._ownership = HalfOwnership(settings, self._static_id)
-        self.assigned = self._ownership.assigned
-        self._check_topics = CheckTopics(self._admin, self.topics)
-        self._halves = TopicCursor(client, self.topics.half)
-        self._ops = TopicCursor(client, self.topics.op)
-        self._checkpoints = CheckpointLoader(
-            lambda: self._ownership.consumer,
-            self.topics,
-            self._halves,
-            self._reader,
-            self._ended,
-            settings.op_history_margin_seconds,
-        )
+        self.ownership = HalfOwnership(settings, self._static_id)
+        """The rounds' group member: the half partitions owned, the group's generation."""
+        self.assigned = self.ownership.assigned
         self.relay: Relay | None = None
-        self._writer = RoundWriter(
-            client,
-            f"{settings.group_id}.{instance}",
-            self.topics,
-            TopicCatalog(self._admin, 30.0, settings.principal),
-            transaction_timeout_ms=settings.kafka_transaction_timeout_ms,
+        self.rounds = Rounds(
+            settings,
+            self.ownership,
+            self._admin,
+            instance,
+            clock,
+            serve_group=self.poll_membership,
             stopping=self._stopping,
+            drain=self._drain,
+            resolver=resolver,
+            rules=rules,
+            producer_factory=producer_factory,
+            writer_timeout=writer_timeout,
         )
+        """The rounds' work: the round writer, the checkpoints, the parked sends' drain."""
 
     # ----------------------------------------------------------- membership
 
@@ -134,7 +110,7 @@ class Checker:
         """Joined the group (or waits for older replicas to leave it, :class:`JoinRefusals`),
         every owned partition has had a round, and rounds still complete."""
         return (
-            (self.assigned.is_set() or self._ownership.refusals.refusing())
+            (self.assigned.is_set() or self.ownership.refusals.refusing())
             and (self.last_round_at is not None or not self.owned_partitions())
             and self.is_healthy()
         )
@@ -157,14 +133,14 @@ class Checker:
         return rounds_complete and relay_alive
 
     def owned_partitions(self) -> list[int]:
-        return self._ownership.partitions()
+        return self.ownership.partitions()
 
     def poll_membership(self, timeout: float = 0.0) -> None:
         """Serve rebalances (and keep the group session alive, :class:`HalfOwnership`);
         a relay that failed for good ends the replica here, in its loop's thread."""
         if self.relay is not None and self.relay.failure is not None:
             raise self.relay.failure
-        self._ownership.poll(timeout)
+        self.ownership.poll(timeout)
 
     # ----------------------------------------------------------- rounds
 
@@ -211,12 +187,12 @@ class Checker:
         if self._drain is None:
             return
         trigger = self._drain_schedule.due(
-            self._clock(), generation=self._ownership.generation, assigned_only=assigned_only
+            self._clock(), generation=self.ownership.generation, assigned_only=assigned_only
         )
         if trigger is None:
             return
         if trigger is DrainTrigger.ASSIGNED:  # after an outage, maybe: as a round does
-            self._writer.renew_for_round()
+            self.rounds.writer.renew_for_round()
         try:
             self.drain_parked()
         except (KafkaUnavailableError, KafkaException, FencedError, OutboxError) as exc:
@@ -228,27 +204,7 @@ class Checker:
         """Publish the parked sends (``park_when_unavailable``) of every owned half partition,
         through the round writer's transaction, fenced as a round's chunk is
         (:mod:`outbox_checker.parked`); between rounds, in the loop's thread."""
-        if self._drain is None:
-            return []
-        return [
-            self._drain.drain(
-                partition,
-                lambda p=partition: self._checkpoints.watermarks(self.topics.half, p)[1],
-                self._reader(partition).halves,
-                self._write_drained,
-            )
-            for partition in self._drain.waiting(self.owned_partitions())
-        ]
-
-    def _write_drained(self, partition: int, halves: list[HalfRecord]) -> list[tuple[str, int]]:
-        checkpoint = self._checkpoint(partition)
-        chunk = RoundChunk(
-            partition,
-            to_drain=halves,
-            half_checkpoint=checkpoint.half,
-            op_checkpoint=checkpoint.op,
-        )
-        return self._writer.write(chunk, self._group_metadata(), self._now_ms).drained
+        return self.rounds.drain_parked()
 
     def _due_round(self) -> str | None:
         """``"interval"``, ``"early"`` (:func:`~outbox_checker.rules.due_again_ms`) or None."""
@@ -300,177 +256,24 @@ class Checker:
             self.relay.close()
         if self._drain is not None:
             self._drain.close()
-        for closer in (
-            self._writer.close,
-            self._halves.close,
-            self._ops.close,
-            self._ownership.consumer.close,
-        ):
+        for closer in (*self.rounds.closers(), self.ownership.consumer.close):
             try:
                 closer()
             except (KafkaException, RuntimeError) as exc:
                 log.debug("closing: %s", exc)
 
     def run_round(self, *, early: bool = False) -> RoundReport:
-        """One pass over every owned half partition.
+        """One pass over every owned half partition (:meth:`Rounds.run`).
 
         ``early``: run before the check interval is up, for halves never asked about;
         put-back copies keep the interval's cadence (:attr:`RoundRules.recheck_after_ms`).
         """
-        started = time.monotonic()
-        report = RoundReport()
-        rules = self._rules
-        if early:
-            rules = replace(
-                rules, recheck_after_ms=int(self.settings.check_interval_seconds * 1000)
-            )
-        self._writer.renew_for_round()
-        for partition in self.owned_partitions():
-            if self._stopping.is_set() and report.partitions:
-                break
-            report.partitions.append(self._round_on(partition, rules))
-            self.poll_membership()
-        if not report.partitions:
-            # Every partition revoked (a session lost in an outage's back-off): this was no
-            # round, and the next one stays due, as soon as the group gives some back.
-            return report
-        report.seconds = time.monotonic() - started
-        metrics.ROUND_SECONDS.observe(report.seconds)
-        self.last_round_at = self._clock()
-        due = [p.due_again_ms for p in report.partitions if p.due_again_ms is not None]
-        self.early_round_at = min(due) / 1000 if due else None
+        report = self.rounds.run(early=early)
+        if report.partitions:  # else no round: the next one stays due
+            self.last_round_at = self._clock()
+            due = [p.due_again_ms for p in report.partitions if p.due_again_ms is not None]
+            self.early_round_at = min(due) / 1000 if due else None
         return report
-
-    def _round_on(self, partition: int, rules: RoundRules) -> PartitionReport:
-        checkpoint = self._checkpoint(partition)
-        reader = self._reader(partition)
-        report = PartitionReport(
-            partition, half_checkpoint=checkpoint.half, op_checkpoint=checkpoint.op
-        )
-        half_end = self._checkpoints.end_offset(self.topics.half, partition)
-        if half_end is not None:  # before the reading, so a failing round still shows growth
-            metrics.CHECKPOINT_LAG.labels(str(partition)).set(max(0, half_end - checkpoint.half))
-        chunks = iter_round(
-            reader,
-            partition=partition,
-            half_checkpoint=checkpoint.half,
-            op_checkpoint=checkpoint.op,
-            ended=self._ended,
-            rules=rules,
-            now_ms=self._now_ms,
-            half_end=half_end,
-        )
-        # A chunk is written while the next one is read and decided: its commit (the
-        # broker's part) is settled before the next chunk is written, and before the
-        # round ends however it ends, so the checkpoint remembered is the one committed.
-        pending: tuple[RoundChunk, PendingChunk] | None = None
-        try:
-            for chunk in chunks:
-                if pending is not None:
-                    due, pending = pending, None  # settled once, whatever it raises
-                    settled = self._settle(partition, report, *due)
-                    if settled is None:
-                        break
-                    checkpoint = settled
-                if partition not in self.owned_partitions():
-                    log.info(
-                        "partition %d revoked mid-round; leaving it to its new owner", partition
-                    )
-                    break
-                self._check_topics.ensure({e.half.producer_group for e in chunk.to_check if e.half})
-                if chunk.decisions or (chunk.half_checkpoint, chunk.op_checkpoint) != (
-                    checkpoint.half,
-                    checkpoint.op,
-                ):
-                    written = self._writer.start(
-                        chunk, self._group_metadata(), self._now_ms, self._resolver
-                    )
-                    pending = chunk, written
-                else:
-                    self._count_chunk(partition, report, chunk)
-            if pending is not None:
-                due, pending = pending, None
-                checkpoint = self._settle(partition, report, *due) or checkpoint
-        finally:
-            if pending is not None:  # reading the next chunk failed while this one committed
-                try:
-                    self._settle(partition, report, *pending)
-                except Exception as exc:  # the reading's failure is the one raised
-                    log.info("the chunk written when the round failed failed too: %s", exc)
-        report.half_checkpoint, report.op_checkpoint = checkpoint.half, checkpoint.op
-        if half_end is not None:
-            metrics.CHECKPOINT_LAG.labels(str(partition)).set(max(0, half_end - checkpoint.half))
-        busy = report.checks_sent or report.put_backs or report.discards or report.skipped_ended
-        log.log(
-            logging.INFO if busy else logging.DEBUG,
-            "round on partition %d: checks=%d put_backs=%d discards=%d skipped=%d stop=%s",
-            partition,
-            report.checks_sent,
-            report.put_backs,
-            report.discards,
-            report.skipped_ended,
-            report.stop_reason,
-        )
-        return report
-
-    def _settle(
-        self, partition: int, report: PartitionReport, chunk: RoundChunk, pending: PendingChunk
-    ) -> Checkpoint | None:
-        """Wait for a written chunk's commit and count it: its checkpoint, or None if fenced.
-
-        A failure other than a fence (Kafka unavailable, a stuck chunk) is raised:
-        the round is interrupted and retried from the committed checkpoint.
-        """
-        try:
-            written = pending.result()
-        except FencedError as exc:
-            # Ownership changes only through the rebalance callbacks: the
-            # assignor may well keep this partition here. Forget the cached
-            # checkpoint (the next round reloads what Kafka committed) and
-            # serve the group so a pending rebalance completes.
-            log.warning("fenced on partition %d, retrying next round: %s", partition, exc)
-            self._ownership.remember(partition, None)
-            self.poll_membership()
-            return None
-        report.checks_sent += written.checks_sent
-        report.put_backs += written.put_backs
-        report.discards += sum(written.discards.values())
-        metrics.CHECKS_SENT.inc(written.checks_sent)
-        metrics.PUT_BACKS.inc(written.put_backs)
-        for reason, count in written.discards.items():
-            metrics.DISCARDS.labels(reason).inc(count)
-        checkpoint = Checkpoint(chunk.half_checkpoint, chunk.op_checkpoint)
-        self._ownership.remember(partition, checkpoint)
-        self._count_chunk(partition, report, chunk)
-        return checkpoint
-
-    def _count_chunk(self, partition: int, report: PartitionReport, chunk: RoundChunk) -> None:
-        """What a chunk settled (written, or with nothing to write) adds to the report."""
-        report.skipped_ended += chunk.skipped_ended
-        if chunk.stop_reason is not None:
-            report.stop_reason = chunk.stop_reason.value
-            report.due_again_ms = chunk.due_again_ms
-            metrics.record_pending(partition, chunk)
-        self.poll_membership()
-
-    def _group_metadata(self) -> object:
-        """The group generation this replica knows; a chunk committed with a stale one is fenced."""
-        return self._ownership.group_metadata()
-
-    # ----------------------------------------------------------- checkpoints
-
-    def _checkpoint(self, partition: int) -> Checkpoint:
-        known = self._ownership.known_checkpoint(partition)
-        if known is not None:
-            return known
-        checkpoint = self._checkpoints.load(partition)
-        self._ownership.remember(partition, checkpoint)
-        return checkpoint
-
-    def _reader(self, partition: int) -> KafkaPartitionReader:
-        return KafkaPartitionReader(
-            self._halves, self._ops, partition, self.settings.client_config(), self.topics
-        )
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)

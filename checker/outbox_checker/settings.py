@@ -3,20 +3,23 @@
 Defaults are RocketMQ 5.x's (``BrokerConfig``, ``TransactionalMessageServiceImpl``),
 written here only: the rounds' :class:`~outbox_checker.rules.RoundRules` and the relay's
 :class:`~outbox_checker.relay.RelaySettings` are built from these settings
-(``from_settings``), and their own defaults are :data:`CHECKER_DEFAULTS`'.
+(``from_settings``, by :func:`built_from_settings`), and their own defaults are
+:data:`CHECKER_DEFAULTS`' (:func:`from_setting`).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import field, fields
+from typing import Any, TypeVar
 
 from pydantic import Field, field_validator
 
 from outbox.config import KafkaSettings
 from outbox.durations import Hours, Milliseconds, Seconds
 from outbox.protocol import TRANSACTION_TIMEOUT_SECONDS
+from outbox_checker.names import default_checker_group
 
 FAILOVER_CLIENT_PROPERTIES: dict[str, int] = {"api.version.request.timeout.ms": 3_000}
 """librdkafka properties every client of the checker starts from; pass-through
@@ -170,7 +173,7 @@ class CheckerSettings(KafkaSettings):
 
     @property
     def group_id(self) -> str:
-        return self.checker_group or f"{self.topic_prefix}.checker"
+        return self.checker_group or default_checker_group(self.topic_prefix)
 
     @property
     def transaction_timeout_ms(self) -> int:
@@ -189,6 +192,28 @@ CHECKER_DEFAULTS = CheckerSettings.model_construct()
 """Every field at its default, read from no environment: the defaults of the objects
 built from the settings (:class:`~outbox_checker.rules.RoundRules`,
 :class:`~outbox_checker.relay.RelaySettings`), for tests and benchmarks that build them alone."""
+
+_SETTING = "outbox_checker.setting"
+"""The key of a dataclass field's metadata naming the setting it takes."""
+
+Built = TypeVar("Built")
+
+
+def from_setting(name: str) -> Any:
+    """A dataclass field that takes the setting ``name`` (:func:`built_from_settings`), with
+    that setting's default (:data:`CHECKER_DEFAULTS`) as its own."""
+    return field(default=getattr(CHECKER_DEFAULTS, name), metadata={_SETTING: name})
+
+
+def built_from_settings(cls: type[Built], settings: CheckerSettings) -> Built:
+    """An instance of the dataclass ``cls`` whose :func:`from_setting` fields take their
+    settings' values from ``settings``; its other fields keep their defaults."""
+    taken = {
+        spec.name: getattr(settings, spec.metadata[_SETTING])
+        for spec in fields(cls)
+        if _SETTING in spec.metadata
+    }
+    return cls(**taken)
 
 
 def platform_instance_id(environ: Mapping[str, str]) -> str | None:

@@ -5,7 +5,7 @@ not need the checker's metrics endpoint (there may be no replica running, which
 is exactly when the question matters). Everything needed is in Kafka: the half
 checkpoint is the committed offset of the checker's consumer group on the half
 partition, the op checkpoint rides in its commit metadata
-(:func:`outbox_checker.round_writer.decode_checkpoint`), and what is pending can be
+(:func:`outbox_checker.names.decode_checkpoint`), and what is pending can be
 counted by reading from those checkpoints to the end.
 
 *Pending* here is: a distinct transaction id among the halves at or after the
@@ -38,8 +38,7 @@ from outbox.config import KafkaSettings
 from outbox.errors import ConfigurationError, KafkaUnavailableError, TopicAdminError
 from outbox.protocol import Header, RawRecord
 from outbox_checker.kafka_reader import TopicCursor
-from outbox_checker.relay import relay_group
-from outbox_checker.round_writer import decode_checkpoint
+from outbox_checker.names import decode_checkpoint, relay_group, status_group
 
 DEFAULT_SCAN_LIMIT = 100_000
 _READ_BATCH = 500
@@ -131,7 +130,7 @@ def read_status(
     relayed = _committed(client, relay_group(group), topics.op, half_count, timeout)
     owners = _owners(admin, group, topics.half, timeout)
     status = CheckerStatus(group, topics.half, scan_limit=scan_limit)
-    watermarks = Consumer({**client, "group.id": f"outbox-status-{group}"})
+    watermarks = Consumer({**client, "group.id": status_group(group)})
     halves = TopicCursor(client, topics.half, timeout)
     ops = TopicCursor(client, topics.op, timeout)
     try:

@@ -16,6 +16,7 @@ from rich.table import Table
 from outbox.config import KafkaSettings, renamed_variable
 from outbox.sql.log import DEFAULT_TABLE
 from outbox_checker.display import format_age
+from outbox_checker.names import default_checker_group
 from outbox_checker.parked import ParkedSummary, read_parked
 from outbox_checker.status import DEFAULT_SCAN_LIMIT, CheckerStatus, read_status
 from outbox_cli.console import make_console
@@ -61,52 +62,45 @@ def status_table(status: CheckerStatus, title: str) -> Table:
 def show_status(status: CheckerStatus, where: str) -> None:
     console = make_console()
     console.print(status_table(status, f"checker {status.group} on {status.half_topic} ({where})"))
+    for line in status_notes(status):
+        console.print(line, highlight=False)
+
+
+def status_notes(status: CheckerStatus) -> list[str]:
+    """The lines under the table: totals, then what needs a look (rich markup)."""
     total = sum(p.pending for p in status.partitions)
     capped = [p.partition for p in status.partitions if p.capped]
     bound = "at least " if capped else ""
-    console.print(
-        f"pending: {bound}{total:,} transaction(s) over {len(status.partitions)} half partition(s)",
-        highlight=False,
-    )
     unrelayed = sum(p.unrelayed for p in status.partitions)
-    console.print(
-        f"waiting for the relay: {unrelayed:,} op record(s)"
-        + (
-            " (no event of theirs is on a real topic yet; is a checker running?)"
-            if unrelayed
-            else ""
-        ),
-        highlight=False,
-    )
-    for part in status.partitions:
-        if part.lost_to_retention:
-            console.print(
-                f"[bold red]lost:[/] {part.lost_to_retention:,} half record(s) on partition "
-                f"{part.partition} were deleted by retention before the checker read them "
-                f"(offsets {part.half_checkpoint:,}..{part.half_low - 1:,}); any without a "
-                "decision is lost: keep a checker running, or raise the half topic's "
-                "retention.ms above the longest outage",
-                highlight=False,
-            )
+    out_yet = " (no event of theirs is on a real topic yet; is a checker running?)"
+    lines = [
+        f"pending: {bound}{total:,} transaction(s) over {len(status.partitions)} half partition(s)",
+        f"waiting for the relay: {unrelayed:,} op record(s){out_yet if unrelayed else ''}",
+    ]
+    lines += [
+        f"[bold red]lost:[/] {part.lost_to_retention:,} half record(s) on partition "
+        f"{part.partition} were deleted by retention before the checker read them "
+        f"(offsets {part.half_checkpoint:,}..{part.half_low - 1:,}); any without a "
+        "decision is lost: keep a checker running, or raise the half topic's "
+        "retention.ms above the longest outage"
+        for part in status.partitions
+        if part.lost_to_retention
+    ]
     if capped:
-        console.print(
+        lines.append(
             f"note: partitions {', '.join(map(str, capped))} have more than "
             f"{status.scan_limit:,} halves or ops past their checkpoint; only the first "
-            f"{status.scan_limit:,} were read (raise --scan-limit for an exact count)",
-            highlight=False,
+            f"{status.scan_limit:,} were read (raise --scan-limit for an exact count)"
         )
     if all(p.half_checkpoint is None for p in status.partitions):
-        running = any(p.owner for p in status.partitions)
-        console.print(
-            f"note: group {status.group} has committed no checkpoint yet"
-            + (
-                " (its replicas have not settled a half so far)"
-                if running
-                else ": has `outbox checker` run against these topics"
-                " (same --topic-prefix, --checker-group)?"
-            ),
-            highlight=False,
+        why = (
+            " (its replicas have not settled a half so far)"
+            if any(p.owner for p in status.partitions)
+            else ": has `outbox checker` run against these topics"
+            " (same --topic-prefix, --checker-group)?"
         )
+        lines.append(f"note: group {status.group} has committed no checkpoint yet{why}")
+    return lines
 
 
 GroupOption = Annotated[
@@ -207,7 +201,9 @@ def status(
     """Show the checker's checkpoints and pending halves per half partition (and, with
     --db, the sends parked in the transaction log)."""
     checker_group = (
-        group or renamed_variable("OUTBOX_CHECKER_GROUP") or f"{settings.topic_prefix}.checker"
+        group
+        or renamed_variable("OUTBOX_CHECKER_GROUP")
+        or default_checker_group(settings.topic_prefix)
     )
     parked = None
     if db:  # first: it is most wanted while Kafka is away, when the rest may fail

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from outbox.protocol import HalfRecord, OpRecord, RawRecord, Resolution, TopicNames
-from outbox_checker.rules import HalfEntry, OpEntry
+from outbox_checker.entries import HalfEntry, OpEntry
 
 TOPICS = TopicNames("t")
 T0 = 1_800_000_000_000  # a fixed "now" in ms

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections import deque
@@ -15,6 +16,7 @@ from confluent_kafka.admin import AdminClient
 from outbox.admin import TopicSpec, ensure_topics
 from outbox.config import KAFKA_LOGGER_NAME
 from outbox.protocol import CheckRequest, DiscardRecord, HalfRecord, OutgoingRecord
+from outbox_checker.rules import RoundRules
 from outbox_checker.service import Checker
 from outbox_checker.settings import CheckerSettings
 from tests.producer.conftest import OutboxTopics
@@ -34,16 +36,33 @@ class SkewedClock:
 
 @contextmanager
 def running_checker(
-    topics: OutboxTopics, clock: Callable[[], float], *, relay: bool = False, **overrides: object
+    topics: OutboxTopics,
+    clock: Callable[[], float],
+    *,
+    relay: bool = False,
+    chunk_size: int | None = None,
+    producer_factory: Callable[[dict[str, Any]], Producer] = Producer,
+    writer_timeout: float = 30.0,
+    **overrides: object,
 ) -> Iterator[Checker]:
-    """An in-process checker that owns every half partition (and, with ``relay``, relays)."""
+    """An in-process checker that owns every half partition (and, with ``relay``, relays).
+
+    ``chunk_size``, ``producer_factory`` and ``writer_timeout`` are the rounds' (see
+    :class:`Checker`); ``overrides`` are settings."""
     settings = CheckerSettings(
         bootstrap_servers=topics.bootstrap,
         topic_prefix=topics.names.prefix,
         http_address="",
         **overrides,
     )
-    checker = Checker(settings, clock=clock)
+    rules = RoundRules.from_settings(settings)
+    checker = Checker(
+        settings,
+        clock=clock,
+        rules=rules if chunk_size is None else dataclasses.replace(rules, chunk_size=chunk_size),
+        producer_factory=producer_factory,
+        writer_timeout=writer_timeout,
+    )
     try:
         deadline = time.monotonic() + 60
         while len(checker.owned_partitions()) < 3:

@@ -23,7 +23,7 @@ from outbox.protocol import (
     Resolution,
 )
 from outbox_checker.membership import ASSIGNMENT_STRATEGY
-from outbox_checker.round_writer import decode_checkpoint
+from outbox_checker.names import decode_checkpoint
 from tests.checker.support import (
     SkewedClock,
     check_requests,
@@ -170,7 +170,9 @@ def test_each_copy_is_asked_about_once_across_rounds(outbox_topics):
     assert len(set(offsets)) == len(offsets)
 
 
-def test_a_fenced_chunk_leaves_the_partition_owned_and_checked_next_round(outbox_topics):
+def test_a_fenced_chunk_leaves_the_partition_owned_and_checked_next_round(
+    outbox_topics, monkeypatch: pytest.MonkeyPatch
+):
     """A chunk committed with a stale group generation is fenced (ILLEGAL_GENERATION).
 
     Ownership changes only through the group's rebalance callbacks: the replica
@@ -182,7 +184,7 @@ def test_a_fenced_chunk_leaves_the_partition_owned_and_checked_next_round(outbox
     # half young in both rounds (no chunk to fence, none to check: 0 == 1 in 6.9 s).
     clock = SkewedClock(60)
     with running_checker(outbox_topics, clock) as checker:
-        stale = checker._group_metadata()
+        stale = checker.ownership.group_metadata()
         visitor = Consumer(
             {**outbox_topics.client_config, "group.id": checker.settings.group_id,
              "partition.assignment.strategy": ASSIGNMENT_STRATEGY}
@@ -198,10 +200,10 @@ def test_a_fenced_chunk_leaves_the_partition_owned_and_checked_next_round(outbox
             lambda: checker.poll_membership(0.2) or checker.owned_partitions() == [0, 1, 2],
             what="the checker owning every partition again",
         )
-        checker._group_metadata = lambda: stale  # a zombie's view of the group
-        report = checker.run_round()
+        with monkeypatch.context() as zombie:  # a zombie's view of the group
+            zombie.setattr(checker.ownership, "group_metadata", lambda: stale)
+            report = checker.run_round()
         assert report.checks_sent == 0  # the chunk was fenced
-        del checker._group_metadata
         assert checker.owned_partitions() == [0, 1, 2]
         assert checker.run_round().checks_sent == 1
     assert [r.half.transaction_id for r in check_requests(outbox_topics)] == ["fenced"]

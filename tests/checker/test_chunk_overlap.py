@@ -10,7 +10,6 @@ remembers, so the next round neither puts a half back twice nor skips one.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 from collections import Counter
@@ -21,7 +20,7 @@ import pytest
 from confluent_kafka import Producer
 
 from outbox.errors import KafkaUnavailableError
-from outbox_checker import service
+from outbox_checker import rounds
 from outbox_checker.round_writer import OFFSETS_DEADLINE_SECONDS
 from outbox_checker.rules import RoundChunk
 from tests.checker.support import (
@@ -55,7 +54,7 @@ def test_the_next_chunk_is_decided_while_the_broker_commits_the_previous_one(
     halves_on_partition_zero(outbox_topics, 5)
     second_decided = threading.Event()
     seen_at_first_commit: list[bool] = []
-    decide = service.iter_round
+    decide = rounds.iter_round
 
     def watched(*args: Any, **kwargs: Any) -> Iterator[RoundChunk]:
         for index, chunk in enumerate(decide(*args, **kwargs)):
@@ -71,11 +70,10 @@ def test_the_next_chunk_is_decided_while_the_broker_commits_the_previous_one(
                 seen_at_first_commit.append(second_decided.wait(_PATIENCE))
             super().commit_transaction(*args)
 
-    monkeypatch.setattr(service, "iter_round", watched)
-    with running_checker(outbox_topics, SkewedClock(60)) as checker:
-        checker._rules = dataclasses.replace(checker._rules, chunk_size=2)
-        checker._writer._producer_factory = HeldCommits
-        checker._writer.renew()
+    monkeypatch.setattr(rounds, "iter_round", watched)
+    with running_checker(
+        outbox_topics, SkewedClock(60), chunk_size=2, producer_factory=HeldCommits
+    ) as checker:
         report = checker.run_round()
     assert seen_at_first_commit == [True]
     assert report.checks_sent == 5
@@ -87,19 +85,18 @@ def test_a_round_failing_while_a_chunk_commits_remembers_that_chunk(
     outbox_topics: OutboxTopics, monkeypatch: pytest.MonkeyPatch
 ):
     halves_on_partition_zero(outbox_topics, 4)
-    decide = service.iter_round
+    decide = rounds.iter_round
 
     def failing_after_one_chunk(*args: Any, **kwargs: Any) -> Iterator[RoundChunk]:
         chunks = decide(*args, **kwargs)
         yield next(chunks)
         raise KafkaUnavailableError("the half partition went away mid-round")
 
-    with running_checker(outbox_topics, SkewedClock(60)) as checker:
-        checker._rules = dataclasses.replace(checker._rules, chunk_size=2)
-        monkeypatch.setattr(service, "iter_round", failing_after_one_chunk)
+    with running_checker(outbox_topics, SkewedClock(60), chunk_size=2) as checker:
+        monkeypatch.setattr(rounds, "iter_round", failing_after_one_chunk)
         with pytest.raises(KafkaUnavailableError, match="went away"):
             checker.run_round()
-        monkeypatch.setattr(service, "iter_round", decide)
+        monkeypatch.setattr(rounds, "iter_round", decide)
         # The commit returned once the coordinator logged it; the markers that make the
         # copies readable reach the half partition a moment later.
         wait_for(lambda: len(outbox_topics.read(outbox_topics.names.half)) == 6, 30, "the copies")
@@ -125,14 +122,13 @@ def test_a_checkers_first_round_writes_with_the_producer_it_started_with(
         started.append(Producer(config))
         return started[-1]
 
-    with running_checker(outbox_topics, SkewedClock(60)) as checker:
-        checker._writer._producer_factory = counted
-        checker._writer.renew()  # as the checker's start does (its group join may be slow here)
-        assert len(started) == 1
+    with running_checker(outbox_topics, SkewedClock(60), producer_factory=counted) as checker:
+        checker.rounds.writer.renew()  # as the checker's start does (its group join may be slow)
+        fresh = len(started)
         assert checker.run_round().checks_sent == 2
-        assert len(started) == 1
+        assert len(started) == fresh
         checker.run_round()
-        assert len(started) == 2
+        assert len(started) == fresh + 1
 
 
 def test_a_round_that_writes_nothing_starts_no_producer(outbox_topics: OutboxTopics):
@@ -145,8 +141,9 @@ def test_a_round_that_writes_nothing_starts_no_producer(outbox_topics: OutboxTop
         started.append(Producer(config))
         return started[-1]
 
-    with running_checker(outbox_topics, SkewedClock(60), check_interval_seconds=300) as checker:
-        checker._writer._producer_factory = counted
+    with running_checker(
+        outbox_topics, SkewedClock(60), producer_factory=counted, check_interval_seconds=300
+    ) as checker:
         assert checker.run_round().checks_sent == 2
         before = len(started)
         # Early: the two copies just put back stop it where it began, with nothing to write.
@@ -171,11 +168,13 @@ def test_a_chunk_stuck_in_its_commit_is_abandoned_and_fenced_once(
             released.wait(30)
             super().commit_transaction(*args)
 
-    with running_checker(outbox_topics, SkewedClock(60)) as checker:
-        checker._rules = dataclasses.replace(checker._rules, chunk_size=2)
-        checker._writer._timeout = 2.0  # the watchdog gives up after three of them
-        checker._writer._producer_factory = StuckCommits
-        checker._writer.renew()
+    with running_checker(
+        outbox_topics,
+        SkewedClock(60),
+        chunk_size=2,
+        producer_factory=StuckCommits,
+        writer_timeout=2.0,  # the watchdog gives up after three of them
+    ) as checker:
         try:
             with (
                 caplog.at_level("ERROR", logger="outbox_checker.round_writer"),
@@ -207,9 +206,7 @@ def test_a_chunk_stuck_sending_its_offsets_is_abandoned_within_seconds(
                 released.wait(60)
             super().send_offsets_to_transaction(*args)
 
-    with running_checker(outbox_topics, SkewedClock(60)) as checker:
-        checker._writer._producer_factory = StuckOffsets
-        checker._writer.renew()
+    with running_checker(outbox_topics, SkewedClock(60), producer_factory=StuckOffsets) as checker:
         started = time.monotonic()
         try:
             with pytest.raises(KafkaUnavailableError, match="stuck"):

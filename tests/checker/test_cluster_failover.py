@@ -25,7 +25,8 @@ from confluent_kafka.admin import AdminClient
 from outbox import LocalTransactionState, Message, TransactionProducer
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
 from outbox.protocol import RealRecord, TopicNames
-from outbox_checker.relay import RelaySettings, relay_group, relay_transactional_id
+from outbox_checker.names import relay_group, relay_transactional_id
+from outbox_checker.relay import RelaySettings
 from outbox_checker.service import Checker
 from outbox_checker.settings import CheckerSettings
 from outbox_devtools.kafka import LocalKafka, LocalKafkaCluster

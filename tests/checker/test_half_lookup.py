@@ -20,12 +20,18 @@ def test_a_half_written_after_the_cursor_reached_the_end_is_found(outbox_topics:
     t = outbox_topics
     names = t.names
     ((_, first),) = write(t, pending_half(t, "first").to_record(names, 0))
-    lookup = HalfLookup(lambda: TopicCursor(t.client_config, names.half, timeout=6.0))
+    cursors: list[TopicCursor] = []
+
+    def new_cursor() -> TopicCursor:
+        cursors.append(TopicCursor(t.client_config, names.half, timeout=6.0))
+        return cursors[-1]
+
+    lookup = HalfLookup(new_cursor)
     try:
         assert set(lookup.fetch(0, [first])) == {first}
         lookup.fetch(0, [first + 1])  # reads on to the end of the partition: nothing there yet
         ((_, later),) = write(t, pending_half(t, "later").to_record(names, 0))
-        lookup._cursors[0]._consumer.pause([TopicPartition(names.half, 0)])
+        cursors[-1].consumer.pause([TopicPartition(names.half, 0)])  # the lookup's cursor now
         found = lookup.fetch(0, [later])
         assert found[later].offset == later
     finally:

@@ -32,7 +32,7 @@ def test_a_cursor_whose_consumer_went_silent_reads_on_with_a_fresh_one(
     cursor = TopicCursor(t.client_config, topic, timeout=6.0)
     try:
         assert [r.value for r in cursor.read(0, 0, 1)] == [b"0"]
-        cursor._consumer.pause([TopicPartition(topic, 0)])
+        cursor.consumer.pause([TopicPartition(topic, 0)])
         assert [r.value for r in cursor.read(0, 1, 10)] == [b"1", b"2"]
         assert cursor.replacements == 1
     finally:
@@ -64,7 +64,7 @@ def test_a_cursor_wedged_at_the_end_of_its_partition_sees_what_came_after(
     try:
         assert [r.value for r in cursor.read(0, 0, 10)] == [b"first"]
         assert cursor.read(0, 1, 10) == []
-        cursor._consumer.pause([TopicPartition(topic, 0)])
+        cursor.consumer.pause([TopicPartition(topic, 0)])
         write(t, OutgoingRecord(topic, None, b"later", partition=0))
         assert [r.value for r in cursor.read(0, 1, 10)] == [b"later"]
         assert cursor.replacements == 1

@@ -229,9 +229,9 @@ def test_a_chunk_caught_by_a_broker_restart_is_over_soon_after_the_broker_return
         def commit_transaction(self, *args: Any) -> None:
             self._stage("commit_transaction", *args)
 
-    with running_checker(topics, SkewedClock(60)) as checker:
-        checker._writer._producer_factory = RestartedAtItsOffsets
-        checker._writer.renew()
+    with running_checker(
+        topics, SkewedClock(60), producer_factory=RestartedAtItsOffsets
+    ) as checker:
         outcome: list[object] = []
 
         def round_() -> None:

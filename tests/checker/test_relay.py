@@ -32,7 +32,7 @@ from outbox.protocol import (
     Resolution,
     murmur2,
 )
-from outbox_checker import relay_lookups, relay_partitions, relay_transaction
+from outbox_checker import membership, relay_lookups, relay_transaction
 from outbox_checker.kafka_reader import watermark_client
 from outbox_checker.relay import BatchReport, Relay, RelaySettings
 from outbox_devtools.processes import free_port
@@ -347,14 +347,14 @@ def test_a_relay_slow_to_take_its_partitions_does_not_take_that_time_for_silence
     """
     t = outbox_topics
     consumers_made: list[Consumer] = []
-    group_member = relay_partitions.group_member
+    group_member = membership.group_member
 
     def counted(*args, **kwargs):
         consumer, session_log = group_member(*args, **kwargs)
         consumers_made.append(consumer)
         return consumer, session_log
 
-    monkeypatch.setattr(relay_partitions, "group_member", counted)
+    monkeypatch.setattr(membership, "group_member", counted)
     relay = Relay(
         t.client_config,
         t.names,

@@ -25,7 +25,7 @@ from outbox_checker.membership import (
     SessionLog,
     group_consumer_config,
 )
-from outbox_checker.relay import relay_group
+from outbox_checker.names import relay_group
 from outbox_checker.settings import platform_instance_id
 from tests.checker.support import pending_half, wait_for, write
 from tests.checker.test_checker_processes import CheckerProcess

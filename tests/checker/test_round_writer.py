@@ -23,8 +23,9 @@ from confluent_kafka.admin import AdminClient
 from outbox.errors import KafkaUnavailableError
 from outbox.protocol import HalfRecord, OutgoingRecord, RawRecord
 from outbox.topic_catalog import TopicCatalog
+from outbox_checker.entries import HalfEntry
 from outbox_checker.round_writer import ChunkResult, RoundWriter
-from outbox_checker.rules import HalfEntry, RoundChunk
+from outbox_checker.rules import RoundChunk
 from tests.checker.support import check_requests, ensure_check_topic, pending_half
 from tests.fixtures.reports import reports_without_offsets
 from tests.producer.conftest import OutboxTopics

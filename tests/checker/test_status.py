@@ -18,7 +18,7 @@ from outbox.config import KafkaSettings
 from outbox.errors import TopicAdminError
 from outbox.protocol import HalfRecord, Header, OpRecord, Resolution, TopicNames
 from outbox_checker.display import format_age
-from outbox_checker.round_writer import encode_checkpoint
+from outbox_checker.names import encode_checkpoint
 from outbox_checker.service import Checker
 from outbox_checker.settings import CheckerSettings
 from outbox_checker.status import read_status

@@ -25,8 +25,8 @@ from outbox.protocol import OutgoingRecord, RawRecord, TopicNames
 from outbox.topic_catalog import TopicFacts
 from outbox_checker.checkpoints import Checkpoint, CheckpointLoader
 from outbox_checker.ended import EndedTransactions
-from outbox_checker.round_writer import decode_checkpoint
-from outbox_checker.rules import HalfEntry, OpEntry
+from outbox_checker.entries import HalfEntry, OpEntry
+from outbox_checker.names import decode_checkpoint
 from tests.model.kafka_lists import Partition, Transaction
 
 

@@ -48,6 +48,7 @@ from sqlalchemy.orm import sessionmaker
 from sqlalchemy.pool import StaticPool
 
 from outbox import LocalTransactionState, Message
+from outbox.message import checked_message
 from outbox.protocol import (
     CheckRequest,
     Decision,
@@ -60,7 +61,7 @@ from outbox.sql import SqlTransactionListener
 from outbox.sql.log import transaction_log_table
 from outbox_checker.checkpoints import Checkpoint
 from outbox_checker.decision_memory import DecisionMemory, SharedScan
-from outbox_checker.discard import _plan, discards_of
+from outbox_checker.discard import discards_of, plan_resumes
 from outbox_checker.round_writer import RoundWriter
 from outbox_checker.rules import RoundChunk, RoundRules, StopReason, iter_round
 from tests.model.checker_parts import (
@@ -260,19 +261,9 @@ class ProtocolModel(RuleBasedStateMachine):
 
     def _ask(self, half: HalfRecord, half_offset: int) -> LocalTransactionState:
         """A producer of the group answers about the copy at ``half_offset``, as
-        ``TransactionProducer._answer_check`` does: the listener, then the op on the copy."""
+        ``outbox.check_answers.CheckAnswers.answer`` does: the listener, then the op on the copy."""
         identity = half.identity(half_offset)
-        message = Message(
-            topic=half.real_topic,
-            value=half.value if half.value is not None else b"",
-            key=half.key,
-            check_immunity_seconds=half.immunity_seconds,
-            transaction_id=half.transaction_id,
-            check_times=half.check_times,
-            born_ms=half.born_ms,
-            half_partition=0,
-            half_offset=identity,
-        )
+        message = checked_message(half, 0, half_offset)
         answer = self.listener.check_local_transaction(message)
         if answer is not UNKNOW:
             self._write_op(self._op(half, half_offset, identity, answer is COMMIT))
@@ -336,7 +327,7 @@ class ProtocolModel(RuleBasedStateMachine):
         self, fault: tuple[str, int] | None = None, *, early: bool = False
     ) -> RoundChunk | None:
         """The next chunk of the round under way (one starts if none is, ``early`` as the
-        service's early rounds), handled as ``Checker._round_on`` handles it; None if the
+        service's early rounds), handled as ``Rounds._round_on`` handles it; None if the
         chunk's write failed (the round ends)."""
         process = self.process or self._start_process()
         assert self.writer is not None
@@ -431,7 +422,7 @@ class ProtocolModel(RuleBasedStateMachine):
         """``outbox discard resume`` (of one id, or ``--all``): its plan, written as its
         ``_write`` does, in one Kafka transaction; or it dies before the commit."""
         wanted = None if every else [data.draw(st.sampled_from(self._open_discards()))]
-        _, plans = _plan(discards_of(self.cluster.discard.records), wanted, 1)
+        _, plans = plan_resumes(discards_of(self.cluster.discard.records), wanted, 1)
         transaction = Transaction()
         for plan in plans:
             # The model's relay publishes every committed half: no discard here is

@@ -43,8 +43,8 @@ from outbox.producer import TransactionProducer
 from outbox.protocol import TopicNames
 from outbox.sql import create_engine, upgrade
 from outbox.sql.log import DEFAULT_TABLE, transaction_log_table
+from outbox_checker.names import relay_transactional_id
 from outbox_checker.parked import read_parked
-from outbox_checker.relay import relay_transactional_id
 from outbox_devtools.chaos.discard_cycle import MUTE_GROUP, DiscardCycle
 from outbox_devtools.chaos.network import ChaosNetwork, Cut, unavailable_reason
 from outbox_devtools.chaos.plan import Fault, FaultKind, fault_plan
