@@ -203,6 +203,13 @@ def send_core(
     """The send core of a producer whose group and listener were checked already, on the
     parts of ``parts`` (by default Kafka's: :class:`~outbox.kafka_parts.KafkaParts`)."""
     _require_parking_listener(listener, settings)
+    if parts is not None and not all(
+        callable(getattr(parts, method, None)) for method in ("open", "close")
+    ):
+        raise ConfigurationError(
+            f"parts must be a PartsSource (open(core) and close(timeout)), such as "
+            f"outbox.testing.InMemoryParts; got {parts!r}"
+        )
     serialization = Serialization(key_serializer, value_serializer)
     return SendCore(
         group,

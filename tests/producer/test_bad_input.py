@@ -37,6 +37,15 @@ def test_no_listener(listener, producer_type):
         producer_type("g", listener, ProducerSettings(bootstrap_servers="h:1"))
 
 
+@pytest.mark.parametrize("parts", [object(), "kafka"])
+def test_parts_that_are_not_a_parts_source_are_named(parts, producer_type):
+    with pytest.raises(ConfigurationError, match="parts must be a PartsSource") as info:
+        producer_type(
+            "g", ScriptedListener(), ProducerSettings(bootstrap_servers="h:1"), parts=parts
+        )
+    assert repr(parts) in str(info.value)
+
+
 @pytest.mark.parametrize("group", ["", "bad group", "a/b"])
 def test_bad_group_name(group, producer_type):
     with pytest.raises(InvalidNameError, match="producer group"):

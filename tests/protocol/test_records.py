@@ -212,7 +212,9 @@ def test_transaction_ids_are_unique_and_valid():
 
 # --- malformed input --------------------------------------------------------
 
-HALF_RAW = stored(a_half(immunity_seconds=30, real_partition=1).to_record(TOPICS, 0))
+HALF_RAW = stored(
+    a_half(immunity_seconds=30, real_partition=1, end_window_ms=6_000).to_record(TOPICS, 0)
+)
 
 
 @pytest.mark.parametrize(
@@ -240,6 +242,7 @@ def test_half_missing_a_required_header_names_it(header):
         (Header.CHECK_TIMES, b"-1", "below the minimum"),
         (Header.CHECK_TIMES, b"\xff\xfe", "not valid UTF-8"),
         (Header.IMMUNITY_SECONDS, b"1.5", "not an integer"),
+        (Header.END_WINDOW_MS, b"6s", "not an integer"),
         (Header.REAL_PARTITION, "٣".encode(), "not an integer"),
         (Header.TRANSACTION_ID, b"has space", "may only hold"),
         (Header.TRANSACTION_ID, b"", "is empty"),
@@ -248,9 +251,10 @@ def test_half_missing_a_required_header_names_it(header):
         (Header.PRODUCER_GROUP, b"x" * 300, "longer than"),
     ],
 )
-def test_half_with_a_garbled_header_names_it(header, value, problem):
+@pytest.mark.parametrize("decoder", [HalfRecord.from_record, HalfRecord.read])
+def test_half_with_a_garbled_header_names_it(header, value, problem, decoder):
     with pytest.raises(MalformedRecordError, match=problem) as info:
-        HalfRecord.from_record(replace_header(HALF_RAW, header.value, value))
+        decoder(replace_header(HALF_RAW, header.value, value))
     assert info.value.field == header.value
     assert info.value.kind == "half"
 
