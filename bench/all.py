@@ -262,6 +262,8 @@ def _summary(results: Results, options: Options) -> list[tuple[str, float | None
         (f"async_ratio_at_{senders}", p.get("async_ratio"), ".3f"),
         ("client_us_per_send", p.get("client_us_per_send"), ".1f"),
         ("plain_client_us_per_send", p.get("plain_client_us_per_send"), ".1f"),
+        (f"pair_ratio_at_{senders}", p.get("pair_ratio"), ".3f"),
+        ("pair_client_us_per_send", p.get("pair_client_us_per_send"), ".1f"),
         (f"outbox_msgs_per_s_at_{senders}", p.get("outbox_msgs_per_s"), ".0f"),
         ("end_p99_ms", p.get("end_p99_ms"), ".1f"),
         (

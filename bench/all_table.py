@@ -200,6 +200,15 @@ def _producer_rows(report: producer.Report | None, options: producer.Options | N
             "2 acknowledged writes a send (half, decision): 1/2 is the limit",
         ),
         (
+            "two plain writes a send, msg/s (ratio)",
+            " / ".join(
+                f"{_num(cell.msgs_per_s if cell else None)} ({_num(ratio, '.3f')})"
+                for cell, ratio in map(report.floor_at, senders)
+            ),
+            "",
+            "the protocol's floor on this machine: the outbox's two waits, none of its work",
+        ),
+        (
             "async msg/s (ratio to plain)",
             " / ".join(
                 f"{_num(cell.msgs_per_s if cell else None)} ({_num(ratio, '.3f')})"
@@ -234,7 +243,9 @@ def _client_cpu_row(report: producer.Report) -> Row:
         f"{_num(summary.get('client_us_per_send'), ',.1f')} / "
         f"{_num(summary.get('plain_client_us_per_send'), ',.1f')} ({_num(ratio, '.2f')}x)",
         f"<= {aims.AIM_CLIENT_US_RATIO:g}x {'ok' if ok else 'ABOVE'}",
-        f"process CPU time / sends, at {summary['senders']} senders",
+        f"process CPU time / sends, at {summary['senders']} senders; two plain writes a send: "
+        f"{_num(summary.get('pair_client_us_per_send'), ',.1f')} "
+        f"({_num(summary.get('pair_client_us_ratio'), '.2f')}x)",
     )
 
 

@@ -67,7 +67,7 @@ from bench.common import (
     save_results,
     warn_if_noisy,
 )
-from bench.producer_table import CellResult, Options, cell_line, results_table
+from bench.producer_table import PLAIN_MODES, CellResult, Options, cell_line, results_table
 from bench.relay import drain_relay
 from outbox.acked_writer import AckedWriter
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
@@ -89,7 +89,7 @@ REAL_TOPIC = "bench.events"
 PLAIN_TOPIC = "bench.plain"
 RESULTS_PATH = Path(__file__).resolve().parent / "results" / "producer.json"
 SEND_TIMEOUT_SECONDS = 30.0
-MODES = ("plain", "outbox", "async")
+MODES = ("plain", "pair", "outbox", "async")
 _T = TypeVar("_T")
 
 SendFn = Callable[[int, int], float | None]
@@ -122,6 +122,21 @@ class PlainSender:
 
     def close(self) -> None:
         self.writer.close(10)
+
+
+class PairSender(PlainSender):
+    """Two plain sends in a row, each waiting for its acknowledgement: the protocol's floor.
+
+    A transactional send writes two records and waits for each (the half, then
+    the decision). With nothing else, what the threads would cost is this; the
+    outbox's distance from it, in the same run, is its own work (building and
+    checking the records, the flow, the listener), apart from what two
+    acknowledged writes cost on this machine.
+    """
+
+    def send(self, index: int, seq: int) -> float | None:
+        super().send(index, seq)
+        return super().send(index, seq)
 
 
 class CommitAtOnce:
@@ -430,6 +445,11 @@ class Report:
         plain, outbox = _pair_of(self.results, senders)
         return plain, outbox, _ratio(plain, outbox)
 
+    def floor_at(self, senders: int) -> tuple[CellResult | None, float | None]:
+        """The two-plain-writes cell at ``senders`` senders, and its ratio to plain sends."""
+        floor = _cell(self.results, "pair", senders)
+        return floor, _ratio(_cell(self.results, "plain", senders), floor)
+
     def async_at(self, senders: int) -> tuple[CellResult | None, float | None]:
         """The async cell at ``senders`` concurrent tasks, and its ratio to plain sends."""
         awaited = _cell(self.results, "async", senders)
@@ -456,8 +476,8 @@ def _run_cells(
                 f"warm-up {options.warmup:g}s, measuring {options.seconds:g}s",
                 highlight=False,
             )
-            if mode == "plain":
-                result = _plain_cell(options, bootstrap, broker_pid, value, senders)
+            if mode in PLAIN_MODES:
+                result = _plain_cell(options, bootstrap, broker_pid, value, senders, mode)
             else:
                 sender = AsyncOutboxSender if mode == "async" else OutboxSender
                 result = _outbox_cell(options, settings, broker_pid, value, senders, sender)
@@ -478,14 +498,19 @@ def _run_cells(
 
 
 def _plain_cell(
-    options: Options, bootstrap: str, broker_pid: int | None, value: bytes, senders: int
+    options: Options,
+    bootstrap: str,
+    broker_pid: int | None,
+    value: bytes,
+    senders: int,
+    mode: str,
 ) -> CellResult:
-    plain = PlainSender(bootstrap, PLAIN_TOPIC, value)
+    plain = (PairSender if mode == "pair" else PlainSender)(bootstrap, PLAIN_TOPIC, value)
     try:
         run = run_cell(plain.send, senders, options.warmup, options.seconds, broker_pid)
     finally:
         plain.close()
-    return summarise("plain", senders, run, options.seconds)
+    return summarise(mode, senders, run, options.seconds)
 
 
 def _outbox_cell(
@@ -532,7 +557,9 @@ def _run_against(console: Console, options: Options, bootstrap: str, broker_pid:
         f"end_p99_ms={figure(summary['end_p99_ms'], '.1f')} "
         f"async_ratio_at_{summary['senders']}={figure(summary['async_ratio'], '.3f')} "
         f"client_us_per_send={figure(summary['client_us_per_send'], '.1f')} "
-        f"plain_client_us_per_send={figure(summary['plain_client_us_per_send'], '.1f')}",
+        f"plain_client_us_per_send={figure(summary['plain_client_us_per_send'], '.1f')} "
+        f"pair_ratio_at_{summary['senders']}={figure(summary['pair_ratio'], '.3f')} "
+        f"pair_client_us_per_send={figure(summary['pair_client_us_per_send'], '.1f')}",
     )
     return 0 if report.ok else 1
 
@@ -568,8 +595,8 @@ def measure(console: Console, options: Options, bootstrap: str, broker_pid: int 
 
     read_ok: bool | None = None
     verification: dict[str, Any] = {"committed_results_match_sends": all_committed}
-    if options.verify_read and set(options.modes) - {"plain"}:
-        expected = sum(r.committed or 0 for r in results if r.mode != "plain")
+    if options.verify_read and set(options.modes) - set(PLAIN_MODES):
+        expected = sum(r.committed or 0 for r in results if r.mode not in PLAIN_MODES)
         console.print(f"[bold cyan]==>[/] reading {REAL_TOPIC} back", highlight=False)
         found = _count_committed_reals(bootstrap) - before
         if found < expected:
@@ -621,8 +648,10 @@ def _summary(results: list[CellResult], options: Options) -> dict[str, Any]:
     senders = 64 if 64 in options.senders else max(options.senders)
     plain, outbox = _pair_of(results, senders)
     awaited = _cell(results, "async", senders)
+    floor = _cell(results, "pair", senders)
     outbox_us = outbox.client_us_per_send if outbox else None
     plain_us = plain.client_us_per_send if plain else None
+    floor_us = floor.client_us_per_send if floor else None
     return {
         "senders": senders,
         "ratio": _rounded(_ratio(plain, outbox)),
@@ -636,6 +665,9 @@ def _summary(results: list[CellResult], options: Options) -> dict[str, Any]:
         "plain_client_us_per_send": plain_us,
         "async_client_us_per_send": awaited.client_us_per_send if awaited else None,
         "client_us_ratio": _rounded(outbox_us / plain_us) if outbox_us and plain_us else None,
+        "pair_ratio": _rounded(_ratio(plain, floor)),
+        "pair_client_us_per_send": floor_us,
+        "pair_client_us_ratio": _rounded(floor_us / plain_us) if floor_us and plain_us else None,
     }
 
 

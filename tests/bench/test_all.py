@@ -59,6 +59,7 @@ def test_bench_all_on_the_test_broker(kafka_bootstrap: str, tmp_path: Path) -> N
         "plain send-to-visible p50 / p99 ms",
         "plain-steady send-to-visible p50 / p99 ms",
         "client CPU µs/send outbox / plain",
+        "two plain writes a send, msg/s (ratio)",
     ):
         assert figure in output
     # Until the producer has ``end_oneway``, its row says so instead of failing the run.
@@ -81,6 +82,8 @@ def test_bench_all_on_the_test_broker(kafka_bootstrap: str, tmp_path: Path) -> N
         "async_ratio_at_4",
         "client_us_per_send",
         "plain_client_us_per_send",
+        "pair_ratio_at_4",
+        "pair_client_us_per_send",
         "outbox_msgs_per_s_at_4",
         "end_p99_ms",
         "oneway_ratio_at_4",
@@ -108,6 +111,8 @@ def test_bench_all_on_the_test_broker(kafka_bootstrap: str, tmp_path: Path) -> N
         "plain_visible_p99_ms",
         "client_us_per_send",
         "plain_client_us_per_send",
+        "pair_client_us_per_send",
+        "pair_ratio_at_4",
     ):
         assert summary[key] > 0, key
     relay = document["benches"]["relay"]
@@ -117,13 +122,16 @@ def test_bench_all_on_the_test_broker(kafka_bootstrap: str, tmp_path: Path) -> N
     producer = document["benches"]["producer"]
     assert [(c["mode"], c["senders"]) for c in producer["cells"]] == [
         ("plain", 1),
+        ("pair", 1),
         ("outbox", 1),
         ("async", 1),
         ("plain", 4),
+        ("pair", 4),
         ("outbox", 4),
         ("async", 4),
     ]
-    assert all(c["committed"] == c["attempts"] for c in producer["cells"] if c["mode"] != "plain")
+    outbox_cells = [c for c in producer["cells"] if c["mode"] not in ("plain", "pair")]
+    assert all(c["committed"] == c["attempts"] for c in outbox_cells)
     assert all(c["client_us_per_send"] > 0 for c in producer["cells"])
     walk = document["benches"]["checker"]["scan"]["walk"]
     assert walk["checks_sent"] == 500
