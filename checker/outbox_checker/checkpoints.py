@@ -24,11 +24,11 @@ from confluent_kafka import OFFSET_INVALID, KafkaError, KafkaException, TopicPar
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_fixed
 
 from outbox.errors import KafkaUnavailableError
-from outbox.protocol import RawRecord, TopicNames
+from outbox.protocol import TopicNames
 from outbox.reading import watermarks
 from outbox_checker import metrics
 from outbox_checker.ended import EndedTransactions
-from outbox_checker.entries import OpEntry
+from outbox_checker.entries import HalfEntry, OpEntry
 from outbox_checker.names import decode_checkpoint
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ class GroupOffsets(Protocol):
 
 
 class HalfCursor(Protocol):
-    def read(self, partition: int, start: int, limit: int) -> list[RawRecord]: ...
+    def read(self, partition: int, start: int, limit: int) -> list[HalfEntry]: ...
 
 
 class OpHistory(Protocol):
@@ -130,9 +130,10 @@ class CheckpointLoader:
     def rebuild_ended(self, partition: int, checkpoint: Checkpoint) -> None:
         """Re-read recent op history, so copies of ended transactions stay skipped."""
         first = self._halves.read(partition, checkpoint.half, 1)
-        if not first or first[0].timestamp_ms is None:
+        stored_ms = first[0].raw.timestamp_ms if first else None
+        if stored_ms is None:
             return
-        since_ms = first[0].timestamp_ms - self._margin_ms
+        since_ms = stored_ms - self._margin_ms
         start = self.offset_for_time(self._topics.op, partition, since_ms)
         history = self._op_history(partition)
         count = 0

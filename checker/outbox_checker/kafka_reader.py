@@ -16,15 +16,15 @@ import concurrent.futures
 import logging
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import suppress
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar, overload
 
 from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from outbox.errors import KafkaUnavailableError
-from outbox.protocol import RawRecord, TopicNames
+from outbox.protocol import KafkaMessage, RawRecord, TopicNames
 from outbox.reading import LEADER_PATIENCE
 from outbox_checker.entries import HalfEntry, OpEntry
 from outbox_checker.names import reader_group
@@ -60,8 +60,44 @@ def watermark_client(client_config: dict[str, Any]) -> Consumer:
     return Consumer(reader_config(client_config))
 
 
-class TopicCursor:
-    """Sequential committed reads of one partition of one topic at a time."""
+class Positioned(Protocol):
+    """What a :class:`TopicCursor` hands out: something at an offset of its partition."""
+
+    @property
+    def offset(self) -> int: ...
+
+
+Item = TypeVar("Item", bound=Positioned)
+
+
+class TopicCursor(Generic[Item]):
+    """Sequential committed reads of one partition of one topic at a time.
+
+    It hands out :class:`RawRecord` objects, or whatever ``convert`` makes of each
+    client message (the rounds' half reader makes :class:`HalfEntry` objects that
+    are copied out and decoded only if the round looks past their offset).
+    """
+
+    @overload
+    def __init__(
+        self: TopicCursor[RawRecord],
+        client_config: dict[str, Any],
+        topic: str,
+        timeout: float = 30.0,
+        *,
+        end_check_seconds: float = 10.0,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self,
+        client_config: dict[str, Any],
+        topic: str,
+        timeout: float = 30.0,
+        *,
+        end_check_seconds: float = 10.0,
+        convert: Callable[[KafkaMessage], Item],
+    ) -> None: ...
 
     def __init__(
         self,
@@ -70,7 +106,9 @@ class TopicCursor:
         timeout: float = 30.0,
         *,
         end_check_seconds: float = 10.0,
+        convert: Callable[[KafkaMessage], Any] = RawRecord.from_kafka,
     ) -> None:
+        self._convert = convert
         self._topic = topic
         self._timeout = timeout
         self._end_check_seconds = end_check_seconds
@@ -80,7 +118,7 @@ class TopicCursor:
         self._partition: int | None = None
         self._next: int | None = None  # offset the caller's next read continues from
         self._fetched_to: int | None = None  # offset after the last record buffered
-        self._buffer: deque[RawRecord] = deque()
+        self._buffer: deque[Item] = deque()
         self._at_end = False
         self.replacements = 0
         """Consumers replaced because they went silent: a wedged client, not an outage."""
@@ -143,10 +181,10 @@ class TopicCursor:
         close_in_background(old)
         self._consumer.assign([TopicPartition(self._topic, self._partition, self._fetched_to)])
 
-    def read(self, partition: int, start: int, limit: int) -> list[RawRecord]:
+    def read(self, partition: int, start: int, limit: int) -> list[Item]:
         """Up to ``limit`` records from ``start``; fewer (maybe none) at the end."""
         self._seek(partition, start)
-        records: list[RawRecord] = []
+        records: list[Item] = []
         buffer = self._buffer
         while len(records) < limit:
             if not buffer and not self._fetch():
@@ -180,11 +218,11 @@ class TopicCursor:
                 messages = self._arrived()
             except KafkaException as exc:
                 raise KafkaUnavailableError(f"reading {self._topic}: {exc}") from None
-            buffer, from_kafka = self._buffer, RawRecord.from_kafka
+            buffer, convert = self._buffer, self._convert
             for message in messages:
                 error = message.error()
                 if error is None:
-                    buffer.append(from_kafka(message))
+                    buffer.append(convert(message))
                 elif error.code() == KafkaError._PARTITION_EOF:
                     self._at_end = True
                 else:
@@ -246,13 +284,20 @@ class TopicCursor:
             return True  # it cannot even ask: a fresh consumer will tell
 
 
+def half_cursor(
+    client_config: dict[str, Any], topic: str, timeout: float = 30.0
+) -> TopicCursor[HalfEntry]:
+    """A cursor of half partitions for :class:`KafkaPartitionReader`: entries decoded lazily."""
+    return TopicCursor(client_config, topic, timeout, convert=HalfEntry.of_message)
+
+
 class KafkaPartitionReader:
     """The :class:`outbox_checker.rules.PartitionReader` of half partition p and op partition p."""
 
     def __init__(
         self,
-        halves: TopicCursor,
-        ops: TopicCursor,
+        halves: TopicCursor[HalfEntry],
+        ops: TopicCursor[RawRecord],
         partition: int,
         client_config: dict[str, Any],
         topics: TopicNames,
@@ -275,8 +320,7 @@ class KafkaPartitionReader:
             batch = self._halves.read(self._partition, offset, _BATCH)
             if not batch:
                 return
-            for raw in batch:
-                yield HalfEntry.of(raw)
+            yield from batch
             offset = batch[-1].offset + 1
 
     def ops_settled(self) -> bool:

@@ -32,7 +32,7 @@ from outbox_checker.check_topics import CheckTopics
 from outbox_checker.checkpoints import Checkpoint, CheckpointLoader
 from outbox_checker.ended import EndedTransactions
 from outbox_checker.errors import FencedError
-from outbox_checker.kafka_reader import KafkaPartitionReader, TopicCursor
+from outbox_checker.kafka_reader import KafkaPartitionReader, TopicCursor, half_cursor
 from outbox_checker.names import round_transactional_id
 from outbox_checker.ownership import HalfOwnership
 from outbox_checker.parked import DrainReport, ParkedDrain
@@ -111,7 +111,7 @@ class Rounds:
         self._ended = EndedTransactions(settings.ended_cache_size)
         client = settings.client_config()
         self._check_topics = CheckTopics(admin, topics)
-        self._halves = TopicCursor(client, topics.half)
+        self._halves = half_cursor(client, topics.half)
         self._ops = TopicCursor(client, topics.op)
         self._checkpoints = CheckpointLoader(
             lambda: ownership.consumer,

@@ -36,17 +36,20 @@ reason ``malformed`` instead of stalling.
 Reading ops to their end proves "no op yet" only if the end is settled: an open
 Kafka transaction on the op partition hides every op after it from a
 ``read_committed`` reader, so then the partition stops (``OPS_UNSETTLED``) and
-the half waits for a later round. Looking for one half's op reads at most
-``max_ops_per_round`` ops and stays within the time budget; past the cap the
-half is asked about, which is harmless if it had ended (its answer is a second
-decision, which the relay ignores).
+the half waits for a later round. Looking for one half's op holds at most
+``max_ops_per_round`` ops read ahead of the walk (for halves it has not reached)
+and stays within the time budget; past the cap the half is asked about, which is
+harmless if it had ended (its answer is a second decision, which the relay
+ignores). The cap bounds what is held, not what a round reads: a backlog of
+decided halves with their ops (a checker back from an outage) is walked through
+whole, each half skipped by its op, however long it is.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -174,14 +177,18 @@ class _OpWindow:
     ) -> None:
         self._reader = reader
         self._partition = partition
-        self._half_checkpoint = half_checkpoint
+        self._walking = half_checkpoint
+        """The half offset the walk is at: ops naming earlier halves are done when read."""
         self._batch = batch
         self._ended = ended
         self.next_offset = op_checkpoint
-        self.read_order: list[int] = []
+        self.read_order: deque[int] = deque()
+        """Ops read and not yet below the checkpoint, in offset order."""
         self.done: set[int] = set()
         self.remove_map: dict[int, int] = {}
         self.last_fill: list[OpEntry] = []
+        self.furthest = -1
+        """The furthest half offset of this partition an op read this round names."""
         self._settled = False
 
     def fill(self) -> list[OpEntry]:
@@ -194,6 +201,8 @@ class _OpWindow:
                 self.done.add(entry.offset)
                 continue
             self._ended.add((op.half_partition, op.identity))
+            if op.half_partition == self._partition and op.half_offset > self.furthest:
+                self.furthest = op.half_offset
             if op.half_partition != self._partition:
                 log.warning(
                     "op at %d names half partition %d, read from op partition %d; ignored",
@@ -202,7 +211,9 @@ class _OpWindow:
                     self._partition,
                 )
                 self.done.add(entry.offset)
-            elif op.half_offset < self._half_checkpoint:
+            elif op.half_offset < self._walking:
+                # Its half is behind the walk: before the checkpoint, or passed this round
+                # without it (checked, put back or discarded; its copies carry its identity).
                 self.done.add(entry.offset)
             else:
                 previous = self.remove_map.get(op.half_offset)
@@ -214,8 +225,14 @@ class _OpWindow:
         self.last_fill = entries
         return entries
 
+    @property
+    def ahead(self) -> int:
+        """Ops read for halves the walk has not reached: what the cap bounds."""
+        return len(self.remove_map)
+
     def take(self, half_offset: int) -> bool:
-        """Whether an op removed this half offset; its op becomes done."""
+        """Whether an op removed this half offset (the walk's next); its op becomes done."""
+        self._walking = half_offset
         op_offset = self.remove_map.pop(half_offset, None)
         if op_offset is None:
             return False
@@ -260,12 +277,14 @@ class _OpWindow:
         """End of the contiguous run of done ops (``calculateOpOffset``).
 
         Op offsets are not dense (Kafka transaction markers sit between
-        them), so the run is over the ops read, in order.
+        them), so the run is over the ops read, in order. The run's ops are
+        forgotten as it is measured: a round through a long backlog asks at
+        every chunk, and would otherwise walk every op it read each time.
         """
-        for offset in self.read_order:
-            if offset not in self.done:
-                return offset
-        return self.next_offset
+        read_order, done = self.read_order, self.done
+        while read_order and read_order[0] in done:
+            done.discard(read_order.popleft())
+        return read_order[0] if read_order else self.next_offset
 
 
 def iter_round(
@@ -417,6 +436,16 @@ def _decide(
         if ops.take(entry.offset):
             plan.skipped_ended += 1
             return None
+        if (
+            ops.furthest < entry.offset
+            and ops.last_fill
+            and ops.ahead < rules.max_ops_per_round
+            and not budget_spent()
+        ):
+            # The ops read so far name no half this far: its op, if it has one, is further
+            # on. Read on before decoding the half (most halves are skipped by their op).
+            ops.fill()
+            continue
         half = entry.half
         if half is None:
             detail = str(entry.error) if entry.error else "undecodable"
@@ -440,7 +469,7 @@ def _decide(
             detail = f"stored {age // 1000}s ago, past the retention horizon"
             discard = Discard(entry, DiscardReason.RETENTION, detail)
         if discard is not None:
-            if ops.last_fill and len(ops.read_order) < rules.max_ops_per_round:
+            if ops.last_fill and ops.ahead < rules.max_ops_per_round:
                 # Its answer may be among the ops not read yet: a decided half must not be
                 # listed as discarded (the relay publishes it all the same).
                 ops.fill()
@@ -468,7 +497,7 @@ def _decide(
         )
         if not last and not ops.settled():
             return StopReason.OPS_UNSETTLED
-        if needs_check or len(ops.read_order) >= rules.max_ops_per_round:
+        if needs_check or ops.ahead >= rules.max_ops_per_round:
             plan.to_check.append(entry)
             return None
         if budget_spent():

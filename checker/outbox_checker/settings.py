@@ -56,8 +56,10 @@ class CheckerSettings(KafkaSettings):
     max_ops_per_round: int = Field(
         20_000,
         ge=1,
-        description="most op records read per half partition per round (about 11 MB); past it"
-        " a half whose op was not found is asked about (a second answer is harmless)",
+        description="most op records a round holds ahead of its walk, per half partition (ops"
+        " for halves not reached yet); past it a half whose op was not found is asked about"
+        " (a second answer is harmless). Ops the walk consumes do not count: a backlog of"
+        " decided halves is skipped whole",
     )
     retention_hours: Hours = Field(
         72.0, gt=0, description="older halves are discarded unchecked (fileReservedTime)"

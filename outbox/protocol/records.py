@@ -110,7 +110,7 @@ def validate_transaction_id(transaction_id: object) -> str:
     return transaction_id
 
 
-class _KafkaMessage(Protocol):
+class KafkaMessage(Protocol):
     """The parts of ``confluent_kafka.Message`` the decoders read."""
 
     def topic(self) -> str | None: ...
@@ -135,7 +135,7 @@ class RawRecord:
     timestamp_ms: int | None = None
 
     @classmethod
-    def from_kafka(cls, message: _KafkaMessage) -> RawRecord:
+    def from_kafka(cls, message: KafkaMessage) -> RawRecord:
         _, timestamp = message.timestamp()
         partition, offset, headers = message.partition(), message.offset(), message.headers()
         return cls(  # every record a checker or relay reads: each accessor asked once

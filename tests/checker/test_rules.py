@@ -34,6 +34,20 @@ def run(
     )
 
 
+def chunks_of(log: MemoryLog, rules: RoundRules) -> list:
+    """A whole round from the start, chunk by chunk."""
+    walk = iter_round(
+        log,
+        partition=0,
+        half_checkpoint=0,
+        op_checkpoint=0,
+        ended=EndedTransactions(1000),
+        rules=rules,
+        now_ms=Clock(),
+    )
+    return list(walk)
+
+
 def checked(plan) -> list[str]:
     return [e.half.transaction_id for e in plan.to_check]
 
@@ -259,17 +273,7 @@ def test_round_is_yielded_in_chunks_with_monotonic_checkpoints():
     log = MemoryLog()
     for i in range(7):
         log.add_half(a_half(f"h{i}"))
-    chunks = list(
-        iter_round(
-            log,
-            partition=0,
-            half_checkpoint=0,
-            op_checkpoint=0,
-            ended=EndedTransactions(1000),
-            rules=RoundRules(chunk_size=3),
-            now_ms=Clock(),
-        )
-    )
+    chunks = chunks_of(log, RoundRules(chunk_size=3))
     assert [len(c.to_check) for c in chunks] == [3, 3, 1]
     assert [c.half_checkpoint for c in chunks] == [3, 6, 7]
     assert [c.stop_reason for c in chunks] == [None, None, StopReason.END]
@@ -347,6 +351,42 @@ def test_reading_ops_for_one_half_is_capped_per_round():
     plan = run(log, rules=rules, half_end=1)
     assert checked(plan) == ["unanswered"]  # past the cap: asked (a second answer is harmless)
     assert log.fills <= 40 // 2 + 1
+
+
+def test_a_backlog_longer_than_the_cap_is_settled_by_its_ops_not_asked_about():
+    """The cap bounds the ops held ahead of the walk, not the ops a round reads.
+
+    After a checker outage the halves and their ops wait interleaved, as traffic
+    wrote them, many more than the cap. Every one is decided: a round must skip
+    them all, not ask the producers about each half past the cap (and write a
+    put-back copy of each).
+    """
+    log = MemoryLog()
+    for i in range(200):
+        offset = log.add_half(a_half(f"t{i}"))
+        log.add_op(f"t{i}", offset, ended_ms=T0 - 50_000)
+    log.add_half(a_half("unanswered"))
+    rules = RoundRules(op_read_batch=4, max_ops_per_round=20, chunk_size=10_000)
+    plan = run(log, rules=rules)
+    assert checked(plan) == ["unanswered"]
+    assert plan.skipped_ended == 200
+    assert (plan.stop_reason, plan.half_checkpoint) == (StopReason.END, 201)
+
+
+def test_a_round_through_a_long_backlog_moves_the_op_checkpoint_by_chunks():
+    log = MemoryLog()
+    for i in range(300):
+        offset = log.add_half(a_half(f"t{i}"))
+        log.add_op(f"t{i}", offset, ended_ms=T0 - 50_000)
+    rules = RoundRules(op_read_batch=4, max_ops_per_round=20, chunk_size=50)
+    chunks = chunks_of(log, rules)
+    assert sum(c.skipped_ended for c in chunks) == 300
+    assert [c.to_check for c in chunks] == [[]] * len(chunks)
+    op_checkpoints = [c.op_checkpoint for c in chunks]
+    assert (
+        op_checkpoints == sorted(op_checkpoints)
+        and op_checkpoints[-1] == log.op_entries[-1].offset + 1
+    )
 
 
 def test_reading_ops_for_one_half_honours_the_time_budget():

@@ -21,7 +21,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_INVALID, KafkaError, KafkaException, TopicPartition
 
-from outbox.protocol import OutgoingRecord, RawRecord, TopicNames
+from outbox.protocol import OutgoingRecord, TopicNames
 from outbox.topic_catalog import TopicFacts
 from outbox_checker.checkpoints import Checkpoint, CheckpointLoader
 from outbox_checker.ended import EndedTransactions
@@ -215,12 +215,12 @@ class _HalfCursor:
     def __init__(self, cluster: Cluster) -> None:
         self._cluster = cluster
 
-    def read(self, partition: int, start: int, limit: int) -> list[RawRecord]:
-        found: list[RawRecord] = []
+    def read(self, partition: int, start: int, limit: int) -> list[HalfEntry]:
+        found: list[HalfEntry] = []
         for raw in self._cluster.half.read(start):
             if len(found) >= limit:
                 break
-            found.append(raw)
+            found.append(HalfEntry.of(raw))
         return found
 
 
