@@ -225,10 +225,10 @@ class _OpWindow:
         self.last_fill = entries
         return entries
 
-    @property
-    def ahead(self) -> int:
-        """Ops read for halves the walk has not reached: what the cap bounds."""
-        return len(self.remove_map)
+    def can_read_on(self, cap: int) -> bool:
+        """Whether more ops may be read: the last read found some, and fewer than ``cap``
+        are held for halves the walk has not reached (what the cap bounds)."""
+        return bool(self.last_fill) and len(self.remove_map) < cap
 
     def take(self, half_offset: int) -> bool:
         """Whether an op removed this half offset (the walk's next); its op becomes done."""
@@ -438,8 +438,7 @@ def _decide(
             return None
         if (
             ops.furthest < entry.offset
-            and ops.last_fill
-            and ops.ahead < rules.max_ops_per_round
+            and ops.can_read_on(rules.max_ops_per_round)
             and not budget_spent()
         ):
             # The ops read so far name no half this far: its op, if it has one, is further
@@ -469,7 +468,7 @@ def _decide(
             detail = f"stored {age // 1000}s ago, past the retention horizon"
             discard = Discard(entry, DiscardReason.RETENTION, detail)
         if discard is not None:
-            if ops.last_fill and ops.ahead < rules.max_ops_per_round:
+            if ops.can_read_on(rules.max_ops_per_round):
                 # Its answer may be among the ops not read yet: a decided half must not be
                 # listed as discarded (the relay publishes it all the same).
                 ops.fill()
@@ -497,7 +496,7 @@ def _decide(
         )
         if not last and not ops.settled():
             return StopReason.OPS_UNSETTLED
-        if needs_check or ops.ahead >= rules.max_ops_per_round:
+        if needs_check or len(ops.remove_map) >= rules.max_ops_per_round:
             plan.to_check.append(entry)
             return None
         if budget_spent():

@@ -8,7 +8,7 @@ import uuid
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from bench.producer import PairSender, PlainSender
+from bench.producer import PairSender, PlainSender, parse_args
 from outbox.admin import TopicSpec, ensure_topics
 from outbox.config import kafka_client_config
 from outbox.reading import read_topic
@@ -31,3 +31,11 @@ def test_each_send_stores_its_writes_before_it_returns(
             assert len(stored) == writes * (seq + 1)
     finally:
         sending.close()
+
+
+def test_an_unknown_mode_is_refused_naming_the_modes(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse_args(["--modes", "pair,pairs"])
+    error = capsys.readouterr().err
+    assert "'pair,pairs'" in error
+    assert "plain, pair, outbox, async" in error
