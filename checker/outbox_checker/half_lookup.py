@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 
+from outbox.errors import KafkaUnavailableError
 from outbox.protocol import RawRecord
 from outbox_checker.kafka_reader import TopicCursor
 
@@ -37,24 +38,32 @@ class HalfLookup:
         self._cache: OrderedDict[tuple[int, int], RawRecord] = OrderedDict()
 
     def fetch(self, partition: int, offsets: Iterable[int]) -> dict[int, RawRecord]:
-        """The halves stored at ``offsets``; an offset with no half there is left out.
+        """The halves stored at ``offsets``, which the caller knows lie below the partition's
+        readable end; an offset the reading passed with no half there is left out (an
+        aborted half, or one retention removed).
 
-        An offset the first reading missed is read once more with a fresh
-        cursor before it is reported missing: a cursor that stood at the end
-        of its partition only takes a short look for what came since (0.1 s),
-        and right after a broker restart or freeze that look can come back
-        empty although the half is there (a committed transaction was then
-        discarded as unpublishable, "its half is not in the half topic").
+        A reading that ends before an offset proves nothing about it, so it is never
+        reported missing: raises :class:`ShortHalfRead` (the relay reads its batch again
+        after a back-off) if a second reading, with a fresh cursor, stops short too. A
+        cursor that stood at the end of its partition only takes a short look for what came
+        since (0.1 s), which right after a broker restart or freeze can come back empty; and
+        under a network partition a cut leader, or a new one whose high watermark trails,
+        answers from a log that ends earlier. Both once had the relay discard a committed
+        transaction as unpublishable ("its half is not in the half topic").
         """
         wanted = sorted(set(offsets))
-        found = self._read(partition, wanted)
-        missing = [offset for offset in wanted if offset not in found]
-        if missing:
+        found, unreached = self._read(partition, wanted)
+        if unreached:
             self.forget(partition)
-            found.update(self._read(partition, missing))
+            again, unreached = self._read(partition, unreached)
+            found.update(again)
+        if unreached:
+            self.forget(partition)  # the next attempt starts from fresh metadata too
+            raise ShortHalfRead(partition, unreached)
         return found
 
-    def _read(self, partition: int, wanted: list[int]) -> dict[int, RawRecord]:
+    def _read(self, partition: int, wanted: list[int]) -> tuple[dict[int, RawRecord], list[int]]:
+        """The halves found at ``wanted``, and the offsets the reading never got to."""
         found: dict[int, RawRecord] = {}
         missing = []
         for offset in wanted:
@@ -63,18 +72,21 @@ class HalfLookup:
                 missing.append(offset)
             else:
                 found[offset] = cached
+        unreached: list[int] = []
         start = 0
         while start < len(missing):
             end = start
             while end + 1 < len(missing) and missing[end + 1] - missing[end] <= _GAP:
                 end += 1
-            self._read_run(partition, missing[start], missing[end])
+            reached = self._read_run(partition, missing[start], missing[end])
             for offset in missing[start : end + 1]:
                 record = self._cache.get((partition, offset))
                 if record is not None:
                     found[offset] = record
+                elif offset >= reached:
+                    unreached.append(offset)
             start = end + 1
-        return found
+        return found, unreached
 
     def close(self) -> None:
         for cursor in self._cursors.values():
@@ -90,7 +102,8 @@ class HalfLookup:
         for key in [key for key in self._cache if key[0] == partition]:
             del self._cache[key]
 
-    def _read_run(self, partition: int, first: int, last: int) -> None:
+    def _read_run(self, partition: int, first: int, last: int) -> int:
+        """Read ``first``..``last`` into the cache; the offset the reading got to."""
         cursor = self._cursors.get(partition)
         if cursor is None:
             cursor = self._cursors[partition] = self._new_cursor()
@@ -105,10 +118,25 @@ class HalfLookup:
             # wait there for halves not written yet (the cursor's short look, 0.1 s).
             batch = cursor.read(partition, position, min(_READ, last - position + 1))
             if not batch:
-                return
+                break
             for record in batch:
                 self._cache[(partition, record.offset)] = record
             position = batch[-1].offset + 1
             self._read_to[partition] = position
         while len(self._cache) > self._capacity:
             self._cache.popitem(last=False)
+        return position
+
+
+class ShortHalfRead(KafkaUnavailableError):
+    """Reading a half partition ended before offsets its readable end lies beyond."""
+
+    def __init__(self, partition: int, offsets: list[int]) -> None:
+        shown = ", ".join(str(offset) for offset in offsets[:5])
+        more = f" and {len(offsets) - 5} more" if len(offsets) > 5 else ""
+        super().__init__(
+            f"reading half partition {partition} ended before offset {shown}{more}, below "
+            "its readable end (a replica answering from an older log); the batch is read again"
+        )
+        self.partition = partition
+        self.offsets = offsets

@@ -46,7 +46,7 @@ from outbox.protocol import Decision, OutgoingRecord, RawRecord, TopicNames
 from outbox.size_limits import SizeLimits
 from outbox.topic_catalog import TopicCatalog
 from outbox_checker import metrics
-from outbox_checker.half_lookup import HalfLookup
+from outbox_checker.half_lookup import HalfLookup, ShortHalfRead
 from outbox_checker.kafka_reader import TopicCursor, end_offsets
 from outbox_checker.relay_batch import (
     BatchReport,
@@ -401,7 +401,14 @@ class Relay:
         _HALF_END.observe(self._lookups.half_end_seconds - asked)
         report = plan.report
         if plan.next_offsets:
-            self._commit_batch(self._records.of_commits(plan.commits, report), plan.next_offsets)
+            try:
+                outgoing = self._records.of_commits(plan.commits, report)
+            except ShortHalfRead as short:
+                # The end that made its halves readable may be wrong too (a recreated half
+                # topic): the batch read again asks for it afresh.
+                self._lookups.forget_end(short.partition)
+                raise
+            self._commit_batch(outgoing, plan.next_offsets)
         else:  # every op of the batch waits for its half: a short pause, not a spin
             self._stopping.wait(_HALF_WAIT_PAUSE)
         self._hold(plan.held, plan.next_offsets)

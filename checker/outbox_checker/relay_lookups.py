@@ -143,6 +143,11 @@ class RelayLookups:
         finally:
             self._half_end_seconds += time.monotonic() - asked
 
+    def forget_end(self, partition: int) -> None:
+        """Ask half ``partition``'s ends afresh before judging a half on it again."""
+        self._half_ends.pop(partition, None)
+        self._stored_ends.pop(partition, None)
+
     def half_state(self, decision: Decision) -> HalfState:
         """Whether the op can decide a half that is stored, and whether that half can be read.
 
