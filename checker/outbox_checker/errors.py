@@ -7,7 +7,7 @@ party owns the work now, and trying again as this one cannot.
 
 from __future__ import annotations
 
-from outbox.errors import OutboxError
+from outbox.errors import KafkaUnavailableError, OutboxError
 
 
 class FencedError(OutboxError):
@@ -22,3 +22,21 @@ class StuckError(OutboxError):
 
 class ResumeFencedError(OutboxError):
     """Another ``outbox discard resume`` started meanwhile and took over."""
+
+
+class ShortHalfRead(KafkaUnavailableError):
+    """Reading a half partition ended before offsets its readable end lies beyond: a
+    replica answered from an older log. Retriable (the relay reads its batch again).
+    """
+
+    retriable = True
+
+    def __init__(self, partition: int, offsets: list[int]) -> None:
+        shown = ", ".join(str(offset) for offset in offsets[:5])
+        more = f" and {len(offsets) - 5} more" if len(offsets) > 5 else ""
+        super().__init__(
+            f"reading half partition {partition} ended before offset {shown}{more}, below "
+            "its readable end (a replica answering from an older log); the batch is read again"
+        )
+        self.partition = partition
+        self.offsets = offsets

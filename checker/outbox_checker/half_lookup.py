@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 
-from outbox.errors import KafkaUnavailableError
 from outbox.protocol import RawRecord
+from outbox_checker.errors import ShortHalfRead
 from outbox_checker.kafka_reader import TopicCursor
 
 _READ = 500
@@ -126,17 +126,3 @@ class HalfLookup:
         while len(self._cache) > self._capacity:
             self._cache.popitem(last=False)
         return position
-
-
-class ShortHalfRead(KafkaUnavailableError):
-    """Reading a half partition ended before offsets its readable end lies beyond."""
-
-    def __init__(self, partition: int, offsets: list[int]) -> None:
-        shown = ", ".join(str(offset) for offset in offsets[:5])
-        more = f" and {len(offsets) - 5} more" if len(offsets) > 5 else ""
-        super().__init__(
-            f"reading half partition {partition} ended before offset {shown}{more}, below "
-            "its readable end (a replica answering from an older log); the batch is read again"
-        )
-        self.partition = partition
-        self.offsets = offsets

@@ -46,7 +46,8 @@ from outbox.protocol import Decision, OutgoingRecord, RawRecord, TopicNames
 from outbox.size_limits import SizeLimits
 from outbox.topic_catalog import TopicCatalog
 from outbox_checker import metrics
-from outbox_checker.half_lookup import HalfLookup, ShortHalfRead
+from outbox_checker.errors import ShortHalfRead
+from outbox_checker.half_lookup import HalfLookup
 from outbox_checker.kafka_reader import TopicCursor, end_offsets
 from outbox_checker.relay_batch import (
     BatchReport,
@@ -68,7 +69,7 @@ log = logging.getLogger(__name__)
 
 _MAX_BACKOFF = 2.0
 _HALF_WAIT_PAUSE = 0.05
-"""Pause between readings of an op partition held at a half behind an open transaction."""
+"""Pause between readings of an op partition held at a half it waits for."""
 _OP_WAIT = metrics.RELAY_STAGE_SECONDS.labels("op_wait")
 _HALF_END = metrics.RELAY_STAGE_SECONDS.labels("half_end")
 
@@ -155,7 +156,9 @@ class Relay:
         self.last_batch_at = time.monotonic()
         """When the relay last finished a batch or found nothing to do: its liveness."""
         self._halves = HalfLookup(lambda: TopicCursor(client_config, topics.half, settings.timeout))
-        self._lookups = RelayLookups(client_config, topics, settings.timeout)
+        self._lookups = RelayLookups(
+            client_config, topics, settings.timeout, clock=lambda: now_ms() / 1000
+        )
         catalog = TopicCatalog(
             AdminClient(client_config), settings.timeout, principal_of(client_config)
         )
@@ -396,8 +399,8 @@ class Relay:
         self._lookups.ask_half_ends(decisions)
         scans = shared_scans(decisions, self._partitions.memories, self._lookups.history_reader)
         plan = decide_batch(decisions, self._lookups.half_state, self._partitions.learning, scans)
-        for raw, decision in plan.waiting:
-            self._note_wait(raw, decision)
+        for raw, decision, state in plan.waiting:
+            self._note_wait(raw, decision, state)
         _HALF_END.observe(self._lookups.half_end_seconds - asked)
         report = plan.report
         if plan.next_offsets:
@@ -423,18 +426,23 @@ class Relay:
         self._transactions.commit(outgoing, offsets, group)
         self._partitions.committed(next_offsets)
 
-    def _note_wait(self, raw: RawRecord, decision: Decision) -> None:
+    def _note_wait(self, raw: RawRecord, decision: Decision, state: HalfState) -> None:
         """Say once per waiting op (not at every re-read) why its partition stands still."""
         if self._waiting.get(raw.partition) == raw.offset:
             return
         self._waiting[raw.partition] = raw.offset
+        why = (
+            "behind a transaction still open on the half partition"
+            if state is HalfState.BEHIND_OPEN_TRANSACTION
+            else f"{state.value} (asking again)"
+        )
         log.info(
-            "op at %s[%d] waits for its half %d:%d, behind a transaction still open on the "
-            "half partition",
+            "op at %s[%d] waits for its half %d:%d, %s",
             raw.topic,
             raw.offset,
             decision.half_partition,
             decision.half_offset,
+            why,
         )
 
     def _hold(self, held: dict[int, int], advanced: dict[int, int]) -> None:

@@ -33,8 +33,18 @@ class HalfState(Enum):
     BEHIND_OPEN_TRANSACTION = "behind an open transaction"
     """Stored, but past the last stable offset: a transaction opened before it (a round
     writer's put-back chunk, a frozen or killed writer's) is still open on its partition."""
+    PAST_ANSWERED_END = "past the end its half partition answered"
+    """Past both ends Kafka answered for its partition, which a half stored before its op
+    never is: an answer from a replica whose log ends earlier (a leader cut from its
+    cluster, or deposed and not told yet) until the answers have said so for
+    :data:`~outbox_checker.relay_lookups.PAST_END_PATIENCE_SECONDS`."""
     NOT_STORED = "not stored"
     """Past everything the partition holds, or before its own origin: a bogus op."""
+
+    @property
+    def waits(self) -> bool:
+        """Whether an op naming such a half holds its op partition until asked again."""
+        return self in (HalfState.BEHIND_OPEN_TRANSACTION, HalfState.PAST_ANSWERED_END)
 
 
 @dataclass
@@ -66,8 +76,8 @@ class BatchPlan:
     """Per op partition, the op offset after the last decision relayed: what commits."""
     held: dict[int, int] = field(default_factory=dict)
     """Per op partition, the op whose half cannot be read yet: it and what follows wait."""
-    waiting: list[tuple[RawRecord, Decision]] = field(default_factory=list)
-    """The op records at which partitions are held, with their decisions."""
+    waiting: list[tuple[RawRecord, Decision, HalfState]] = field(default_factory=list)
+    """The op records at which partitions are held, with their decisions and why."""
 
 
 def decode_op(raw: RawRecord) -> Decision | None:
@@ -100,9 +110,9 @@ def decide_batch(
             continue
         if decision is not None and decision.half_partition == raw.partition:
             state = half_state(decision)
-            if state is HalfState.BEHIND_OPEN_TRANSACTION:
+            if state.waits:
                 plan.held[raw.partition] = raw.offset
-                plan.waiting.append((raw, decision))
+                plan.waiting.append((raw, decision, state))
                 continue
         plan.next_offsets[raw.partition] = raw.offset + 1
         report.decisions += 1

@@ -31,12 +31,37 @@ from outbox_checker.relay_batch import HalfState, decode_op
 
 log = logging.getLogger("outbox_checker.relay")  # the relay's one logger, whichever module logs
 
+PAST_END_PATIENCE_SECONDS = 30.0
+"""How long the ends of a half partition must keep answering that a half lies past them
+before an op naming it is taken for a bogus one and ignored. A half is stored before the
+op that decides it is written, so only a bogus op or a stale answer says so: a leader cut
+from its cluster, or deposed and not told yet, answers from a log that ends earlier, and
+a committed transaction was once dropped on one such answer. Kafka fences a broker that
+lost the controller within its session (9 s by default) and elects new leaders at once."""
+
+_PAST_END_ASK_INTERVAL_SECONDS = 1.0
+"""How often an op answered past its half partition's end asks again while it waits (each
+asking starts an admin client; the held partition is re-read every 50 ms)."""
+
 
 class RelayLookups:
     """The relay's questions to Kafka outside its group consumer, and what it learnt of them."""
 
-    def __init__(self, client_config: dict[str, Any], topics: TopicNames, timeout: float) -> None:
+    def __init__(
+        self,
+        client_config: dict[str, Any],
+        topics: TopicNames,
+        timeout: float,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``clock``: seconds, for how long a half has been answered past its partition's end."""
         self._client_config = client_config
+        self._clock = clock
+        self._past_end_since: dict[tuple[int, int], float] = {}
+        """Per (half partition, offset) answered past both its partition's ends: since when."""
+        self._past_end_asked: dict[tuple[int, int], float] = {}
+        """Per (half partition, offset) answered past both ends: when last asked."""
         self._topics = topics
         self._ends = EndOffsetClient(client_config)
         """Asked the readable ends of several half partitions in one request per leader; a
@@ -156,22 +181,44 @@ class RelayLookups:
         the window's op floor: it is no decision. A half past the last stable offset is
         stored all the same when it lies below the high watermark (a committed read
         cannot see it while a transaction opened before it is open): its decision waits.
-        Taking the last stable offset for the end dropped such decisions as bogus.
+        Taking the last stable offset for the end dropped such decisions as bogus. And a
+        half past both ends is not taken for bogus on one answer: its decision waits until
+        the answers have said so for :data:`PAST_END_PATIENCE_SECONDS` (a stale replica's).
         """
         if decision.identity > decision.half_offset:
             return HalfState.NOT_STORED
         partition = decision.half_partition
         if decision.half_offset < self._half_ends.get(partition, 0):
             return HalfState.READABLE
+        half = (partition, decision.half_offset)
+        asked_at = self._past_end_asked.get(half)
+        if asked_at is not None and self._clock() - asked_at < _PAST_END_ASK_INTERVAL_SECONDS:
+            return HalfState.PAST_ANSWERED_END  # asked a moment ago: no request every re-read
+        state = self._ask_half_state(partition, decision.half_offset)
+        if state is not HalfState.NOT_STORED:
+            self._past_end_since.pop(half, None)
+            self._past_end_asked.pop(half, None)
+            return state
+        now = self._clock()
+        since = self._past_end_since.setdefault(half, now)
+        if now - since < PAST_END_PATIENCE_SECONDS:
+            self._past_end_asked[half] = now
+            return HalfState.PAST_ANSWERED_END
+        del self._past_end_since[half]
+        self._past_end_asked.pop(half, None)
+        return HalfState.NOT_STORED
+
+    def _ask_half_state(self, partition: int, offset: int) -> HalfState:
+        """Where ``offset`` stands against half ``partition``'s ends as Kafka answers them now."""
         # Past the end known: ask again (the half came first). The watermark client reads
         # committed, so the end it is told is the partition's last stable offset.
         asked = time.monotonic()
         try:
             tp = TopicPartition(self._topics.half, partition)
             _, self._half_ends[partition] = watermarks(self._watermarks, tp, self._timeout)
-            if decision.half_offset < self._half_ends[partition]:
+            if offset < self._half_ends[partition]:
                 return HalfState.READABLE
-            if decision.half_offset >= self._stored_ends.get(partition, 0):
+            if offset >= self._stored_ends.get(partition, 0):
                 (self._stored_ends[partition],) = end_offsets(
                     AdminClient(self._client_config),
                     self._topics.half,
@@ -181,7 +228,7 @@ class RelayLookups:
                 ).values()
         finally:
             self._half_end_seconds += time.monotonic() - asked
-        if decision.half_offset < self._stored_ends[partition]:
+        if offset < self._stored_ends[partition]:
             return HalfState.BEHIND_OPEN_TRANSACTION
         return HalfState.NOT_STORED
 

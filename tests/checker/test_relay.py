@@ -576,13 +576,27 @@ def test_a_burst_below_the_memory_floor_reads_the_op_history_once_per_batch(
     assert len(reads) <= 3, f"{len(reads)} reads of the op history for one burst"
 
 
+class SteppedClock:
+    """Wall milliseconds that move only when the test says: the relay's ``now_ms``."""
+
+    def __init__(self) -> None:
+        self.ms = int(time.time() * 1000)
+
+    def __call__(self) -> int:
+        return self.ms
+
+    def advance(self, seconds: float) -> None:
+        self.ms += int(seconds * 1000)
+
+
 def test_an_op_naming_a_half_beyond_the_half_partition_does_not_pin_the_memory_floor(
     outbox_topics: OutboxTopics,
 ):
     """A bogus op (a huge origin offset, from a buggy or hostile writer) named the highest
     identity, which the memory's window never drops: its op offset pinned the window's op
     floor, so every restart re-read the op partition from there, for ever. An op for a half
-    the partition cannot hold yet is no decision; it is ignored with a warning."""
+    the partition's ends keep saying it cannot hold (for PAST_END_PATIENCE_SECONDS: one
+    answer may be a stale replica's) is no decision; it is ignored with a warning."""
     t = outbox_topics
     bogus = pending_half(t, f"bogus-{uuid.uuid4().hex[:6]}")
     write(t, OpRecord(bogus.transaction_id, "orders", 0, 10**12, COMMIT, 1).to_record(t.names))
@@ -593,11 +607,44 @@ def test_an_op_naming_a_half_beyond_the_half_partition_does_not_pin_the_memory_f
         for h, o in zip(halves, offsets, strict=True)
     ]
     write(t, *ops)
-    with relay_of(t, memory=2) as relay:
+    clock = SteppedClock()
+    with relay_of(t, memory=2, now_ms=clock) as relay:
+        drain(relay)
+        assert published(t) == Counter(), "the ops behind the one that waits were relayed"
+        clock.advance(relay_lookups.PAST_END_PATIENCE_SECONDS)
         drain(relay)
         floor = relay.op_partitions.memories[0].op_floor
     assert published(t) == Counter({h.transaction_id: 1 for h in halves})
     assert floor > 0, "the bogus op at op offset 0 still holds the memory's floor"
+
+
+def test_a_commit_whose_half_a_replica_answers_past_its_end_waits_and_is_published(
+    outbox_topics: OutboxTopics,
+):
+    """A half is acknowledged before the op that decides it is written, but a leader cut
+    from its cluster (or deposed and not told yet) answers ends from a log that stops
+    earlier. The relay took one such answer for proof of a bogus op and dropped the
+    committed transaction. Here the answer is behind because the half comes after its op:
+    the op must wait for it, and the transaction be published once."""
+    t = outbox_topics
+    before = pending_half(t, f"before-{uuid.uuid4().hex[:6]}")
+    late = pending_half(t, f"late-{uuid.uuid4().hex[:6]}")
+    at = write_half(t, before)
+    decide(t, late, at + 1, COMMIT)
+    clock = SteppedClock()
+    with relay_of(t, now_ms=clock) as relay:
+        drain(relay)
+        clock.advance(relay_lookups.PAST_END_PATIENCE_SECONDS / 2)
+        drain(relay)
+        assert published(t) == Counter(), "published with no half to restore it from"
+        assert write_half(t, late) == at + 1
+        clock.advance(1.0)  # past the interval between askings
+        deadline = time.monotonic() + 30
+        while published(t)[late.transaction_id] != 1:
+            assert time.monotonic() < deadline, "the committed transaction was never published"
+            relay.pump(0.5)
+        drain(relay)
+    assert published(t) == Counter({late.transaction_id: 1})
 
 
 @contextmanager

@@ -123,13 +123,18 @@ def test_copies_of_one_half_share_its_identity() -> None:
     assert plan.report.second_decisions == 1
 
 
-def test_a_decision_whose_half_is_behind_an_open_transaction_holds_its_partition() -> None:
+@pytest.mark.parametrize(
+    "state", [HalfState.BEHIND_OPEN_TRANSACTION, HalfState.PAST_ANSWERED_END], ids=str
+)
+def test_a_decision_whose_half_cannot_be_read_yet_holds_its_partition(state: HalfState) -> None:
+    """Behind a transaction still open on the half partition, or past the ends a replica
+    answered (a stale one, until its answers have said so long enough)."""
     batch = Batch()
-    batch.states[0, 5] = HalfState.BEHIND_OPEN_TRANSACTION
+    batch.states[0, 5] = state
     behind = op(10, 5)
     plan = batch.decide(behind, op(11, 6), op(3, 7, partition=1))
     assert plan.held == {0: 10}
-    assert [raw for raw, _ in plan.waiting] == [behind]
+    assert [(raw, why) for raw, _, why in plan.waiting] == [(behind, state)]
     assert published(plan) == {1: [7]}, "another partition does not wait"
     assert plan.next_offsets == {1: 4}, "nothing of the held partition commits"
     assert (0, 6) not in batch.asked, "the ops behind the held one are not judged"
