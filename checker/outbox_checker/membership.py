@@ -88,7 +88,11 @@ def group_consumer_config(
         **client_config,
         "group.id": group,
         "enable.auto.commit": False,
-        "auto.offset.reset": "earliest",
+        # Never a silent jump: a replica with an older log (a leader cut from its cluster)
+        # answers "out of range" for an offset it has not got, and a reset to the earliest
+        # had the relay re-read and re-publish decisions it had published (its owner
+        # restores each partition at an explicit offset; see OpPartitions.usable).
+        "auto.offset.reset": "error",
         "isolation.level": "read_committed",
         "partition.assignment.strategy": ASSIGNMENT_STRATEGY,
     }

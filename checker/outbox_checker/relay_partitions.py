@@ -21,6 +21,7 @@ from typing import Any
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka import Message as KafkaMessage
 
+from outbox.errors import KafkaUnavailableError
 from outbox_checker import metrics
 from outbox_checker.decision_memory import DecisionMemory
 from outbox_checker.membership import GroupMember
@@ -151,6 +152,14 @@ class OpPartitions:
             return True
         if self._member.handled(error):
             return False
+        if error.code() == KafkaError._AUTO_OFFSET_RESET:
+            # The broker answering has no record at the consumer's position: a replica
+            # with an older log, or retention. Read again from the committed offsets
+            # (restore starts at the partition's first op if retention removed it).
+            raise KafkaUnavailableError(
+                f"reading {self._op_topic}[{message.partition()}]: {error.str()}; "
+                "the batch is read again from the committed offsets"
+            )
         if error.code() != KafkaError._PARTITION_EOF:
             raise KafkaException(error)
         return False
@@ -225,6 +234,16 @@ class OpPartitions:
             metadata = None
         else:
             metadata = committed.metadata
+            if position < low:
+                log.warning(
+                    "op partition %d: ops %d..%d were removed by retention before the relay "
+                    "read them; resuming at %d",
+                    partition,
+                    position,
+                    low - 1,
+                    low,
+                )
+                position = low
         kept = self._kept_memory(partition, position, low)
         if kept is None:
             memory = DecisionMemory.from_metadata(metadata, self._capacity, low)

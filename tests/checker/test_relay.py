@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from typing import ClassVar
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from prometheus_client import REGISTRY
 
 from outbox.errors import KafkaUnavailableError
@@ -645,6 +645,35 @@ def test_a_commit_whose_half_a_replica_answers_past_its_end_waits_and_is_publish
             relay.pump(0.5)
         drain(relay)
     assert published(t) == Counter({late.transaction_id: 1})
+
+
+def test_an_out_of_range_answer_never_moves_the_relay_back_to_decisions_it_published(
+    outbox_topics: OutboxTopics,
+):
+    """A leader cut from its cluster answers from a log that ends earlier: asked for the op
+    at the relay's position it says "out of range", and the relay's consumer reset to the
+    earliest op, read decisions it had published again and published them twice (18 in a
+    three-node chaos run). Here the position is past the log, as such a leader sees it."""
+    t = outbox_topics
+    halves = [pending_half(t, f"once-{n}-{uuid.uuid4().hex[:6]}") for n in range(8)]
+    commit_all(t, halves, write_halves(t, halves))
+    with relay_of(t, memory=2) as relay:
+        drain(relay)
+        assert published(t) == Counter({h.transaction_id: 1 for h in halves})
+        consumer = relay.op_partitions.consumer
+        (position,) = consumer.position([TopicPartition(t.names.op, 0)])
+        consumer.seek(TopicPartition(t.names.op, 0, position.offset + 1_000))
+        with pytest.raises(KafkaUnavailableError, match=r"read again from the committed"):
+            drain(relay)
+        relay.rewind()  # what the relay's loop does after a failed batch
+        later = pending_half(t, f"later-{uuid.uuid4().hex[:6]}")
+        decide(t, later, write_half(t, later), COMMIT)
+        deadline = time.monotonic() + 30
+        while published(t)[later.transaction_id] != 1:
+            assert time.monotonic() < deadline, "the relay did not go on after the rewind"
+            relay.pump(0.5)
+        drain(relay)
+    assert published(t) == Counter({h.transaction_id: 1 for h in [*halves, later]})
 
 
 @contextmanager
