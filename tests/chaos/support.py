@@ -26,3 +26,18 @@ def chaos(*arguments: str, timeout: float) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=timeout,
     )
+
+
+STDERR_LINES = 40
+"""How much of a failed run's stderr a report shows: its traceback and the broker log tail
+a failed node start quotes, never so much that it hides the run's own story."""
+
+
+def failure_report(result: subprocess.CompletedProcess[str]) -> str:
+    """What a failed run's assertion shows: its whole story (every fault line and the
+    verdict, from stdout) and then the end of its stderr. The two used to be glued and
+    cut to their last 5 000 characters, which a failed node start filled with broker log."""
+    stderr = result.stderr.strip().splitlines()[-STDERR_LINES:]
+    return "\n".join(
+        [result.stdout.rstrip(), f"--- stderr, last {STDERR_LINES} lines ---", *stderr]
+    )

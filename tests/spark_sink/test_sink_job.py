@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 
 from outbox import LocalTransactionState
+from outbox_devtools.chaos.run import Sink
 from spark_sink import BatchProgress, run_sink, start_sink
 from spark_sink.job import (
     CHECKPOINT_FILE_MANAGER,
@@ -175,3 +177,17 @@ def test_source_fetches_wait_briefly_at_the_end_of_a_partition(
     assert source_options(sink_settings(sink_topics, tmp_path))["kafka.fetch.max.wait.ms"] == "10"
     mine = sink_settings(sink_topics, tmp_path, kafka_options={"fetch.max.wait.ms": "200"})
     assert source_options(mine)["kafka.fetch.max.wait.ms"] == "200"
+
+
+def test_the_chaos_runs_table_reads_as_no_rows_before_a_batch_wrote_a_file(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A chaos run whose sink started while Kafka was away committed a first batch with no
+    file (``_spark_metadata/0`` holds only its version line): Spark cannot infer the schema
+    of such a table, and the run died reading it instead of waiting for the rows."""
+    sink = Sink("127.0.0.1:9", tmp_path)
+    sink.spark = spark
+    metadata = Path(sink.settings.output) / "_spark_metadata"
+    metadata.mkdir(parents=True)
+    (metadata / "0").write_text("v1")
+    assert sink.rows() == Counter()

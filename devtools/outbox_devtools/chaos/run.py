@@ -88,6 +88,11 @@ TICK_SECONDS = 0.2
 BROKER_FAULT_WAIT_SECONDS = 180.0
 """How long a broker fault waits for the cluster to be whole and in sync before it is skipped
 (a run whose replicas never recover must end, and say so, rather than wait for ever)."""
+NODE_START_TIMEOUT_SECONDS = 240.0
+"""How long a node the run killed may take to come back. A node killed mid-write recovers
+every log it holds on start, and on a machine the run itself loads (2 cores, every
+process of the run, the suite's other worker) a restart took 50 s where an idle start
+takes 13 s; the library's 90 s default then ended a whole run on a slow start."""
 AWAY_MARGIN_SECONDS = 5.0
 """A send that fails this soon after a Kafka fault ended is counted as failed while Kafka was
 away: reports come every half second, and a send started during the fault ends after it."""
@@ -215,20 +220,27 @@ class Cluster:
             return self.kafka
         return self.kafka.node(node_id)
 
-    def ready_for(self, fault: Fault) -> bool:
-        """In a cluster, a broker fault waits until the last one is over and all are in sync.
+    def waits_for(self, fault: Fault) -> str | None:
+        """What ``fault`` waits for before it may fire (None: nothing).
 
-        Three nodes tolerate one down: a second fault on top would stop every
+        In a cluster, a broker fault waits until the last one is over and all are in
+        sync. Three nodes tolerate one down: a second fault on top would stop every
         acks=all write (min.insync.replicas=2) and, with two controllers gone, the
         quorum, a different experiment. One broker has no such choice to make.
         """
         if isinstance(self.kafka, LocalKafka) or not (
             fault.kind.hits_a_broker or fault.kind.cuts_nodes
         ):
-            return True
-        if any(e.back_after is None and (e.nodes or e.steps or e.cut_nodes) for e in self.events):
-            return False
-        return self.kafka.is_running() and not self.kafka.under_replicated()
+            return None
+        for event in self.events:
+            if event.back_after is None and (event.nodes or event.steps or event.cut_nodes):
+                return f"{event.target} is not back from {event.fault.describe()}"
+        if not self.kafka.is_running():
+            return "a node is not running"
+        if behind := self.kafka.under_replicated():
+            shown = ", ".join(behind[:4]) + (f" and {len(behind) - 4} more" if behind[4:] else "")
+            return f"not in sync: {shown}"
+        return None
 
 
 def _step(console: Console, text: str) -> None:
@@ -644,7 +656,7 @@ def _send_with_faults(
 ) -> None:
     queue = list(faults)
     stopped = False
-    waiting: dict[Fault, float] = {}  # when each fault fell due (see Cluster.ready_for)
+    waiting: dict[Fault, float] = {}  # when each fault fell due (see Cluster.waits_for)
     columns = (
         TextColumn("    transactions"),
         BarColumn(),
@@ -663,14 +675,15 @@ def _send_with_faults(
         ):
             for fault in [f for f in queue if cluster.sent >= f.at_share * settings.transactions]:
                 due_since = waiting.setdefault(fault, time.monotonic())
-                if cluster.ready_for(fault):  # a waiting broker fault holds up no other kind
+                blocker = cluster.waits_for(fault)  # a waiting broker fault holds up no other kind
+                if blocker is None:
                     queue.remove(fault)
                     _fire(cluster, fault, console)
                 elif time.monotonic() - due_since > BROKER_FAULT_WAIT_SECONDS:
                     queue.remove(fault)
                     console.print(
                         f"    [yellow]skipped[/] {fault.describe()}: the cluster was not whole and"
-                        f" in sync for {BROKER_FAULT_WAIT_SECONDS:.0f}s",
+                        f" in sync for {BROKER_FAULT_WAIT_SECONDS:.0f}s (last: {blocker})",
                         highlight=False,
                     )
             _strike_armed(cluster, console)
@@ -766,11 +779,22 @@ class Sink:
             self.start()
 
     def rows(self) -> Counter[str]:
+        """The transaction ids in the table; none before its first batch with rows.
+
+        A Parquet sink's first batch may commit no file (the query started while
+        Kafka was away): Spark then cannot infer the table's schema and says so."""
+        from pyspark.errors import AnalysisException
+
         path = self.settings.output
         if not Path(path).exists():
             return Counter()
-        frame = self.spark.read.format(self.settings.format).load(path).select("transaction_id")
-        return Counter(row.transaction_id for row in frame.collect())
+        try:
+            frame = self.spark.read.format(self.settings.format).load(path)
+        except AnalysisException as exc:
+            if exc.getCondition() == "UNABLE_TO_INFER_SCHEMA":
+                return Counter()
+            raise
+        return Counter(row.transaction_id for row in frame.select("transaction_id").collect())
 
     def wait_for(self, committed: set[str], timeout: float, console: Console) -> Counter[str]:
         deadline = time.monotonic() + timeout
@@ -934,10 +958,11 @@ def _kafka_runtime(
     settings: ChaosSettings, work: Path, network: ChaosNetwork | None
 ) -> LocalKafka | LocalKafkaCluster:
     """One broker or a cluster; with a network, each node on its own host (namespace)."""
+    timeout = NODE_START_TIMEOUT_SECONDS
     if network is None:
         if settings.brokers == 1:
-            return LocalKafka(work / "kafka")
-        return LocalKafkaCluster(work / "kafka", nodes=settings.brokers)
+            return LocalKafka(work / "kafka", start_timeout=timeout)
+        return LocalKafkaCluster(work / "kafka", nodes=settings.brokers, start_timeout=timeout)
     hosts = [f"b{node}" for node in range(1, settings.brokers + 1)]
     if settings.brokers == 1:
         port, controller_port = NAMESPACED_PORTS
@@ -947,12 +972,14 @@ def _kafka_runtime(
             port=port,
             controller_port=controller_port,
             launcher=network.launcher("b1"),
+            start_timeout=timeout,
         )
     return LocalKafkaCluster(
         work / "kafka",
         nodes=settings.brokers,
         hosts=[network.address(host) for host in hosts],
         launchers=[network.launcher(host) for host in hosts],
+        start_timeout=timeout,
     )
 
 
