@@ -58,10 +58,9 @@ class RelayLookups:
         """``clock``: seconds, for how long a half has been answered past its partition's end."""
         self._client_config = client_config
         self._clock = clock
-        self._past_end_since: dict[tuple[int, int], float] = {}
-        """Per (half partition, offset) answered past both its partition's ends: since when."""
-        self._past_end_asked: dict[tuple[int, int], float] = {}
-        """Per (half partition, offset) answered past both ends: when last asked."""
+        self._past_end: dict[tuple[int, int], tuple[float, float]] = {}
+        """Per (half partition, offset) answered past both its partition's ends: since when,
+        and when last asked."""
         self._topics = topics
         self._ends = EndOffsetClient(client_config)
         """Asked the readable ends of several half partitions in one request per leader; a
@@ -191,21 +190,19 @@ class RelayLookups:
         if decision.half_offset < self._half_ends.get(partition, 0):
             return HalfState.READABLE
         half = (partition, decision.half_offset)
-        asked_at = self._past_end_asked.get(half)
-        if asked_at is not None and self._clock() - asked_at < _PAST_END_ASK_INTERVAL_SECONDS:
+        seen = self._past_end.get(half)
+        if seen is not None and self._clock() - seen[1] < _PAST_END_ASK_INTERVAL_SECONDS:
             return HalfState.PAST_ANSWERED_END  # asked a moment ago: no request every re-read
         state = self._ask_half_state(partition, decision.half_offset)
         if state is not HalfState.NOT_STORED:
-            self._past_end_since.pop(half, None)
-            self._past_end_asked.pop(half, None)
+            self._past_end.pop(half, None)
             return state
         now = self._clock()
-        since = self._past_end_since.setdefault(half, now)
+        since = now if seen is None else seen[0]
         if now - since < PAST_END_PATIENCE_SECONDS:
-            self._past_end_asked[half] = now
+            self._past_end[half] = (since, now)
             return HalfState.PAST_ANSWERED_END
-        del self._past_end_since[half]
-        self._past_end_asked.pop(half, None)
+        self._past_end.pop(half, None)
         return HalfState.NOT_STORED
 
     def _ask_half_state(self, partition: int, offset: int) -> HalfState:

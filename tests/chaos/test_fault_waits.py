@@ -1,0 +1,40 @@
+"""When a chaos run's broker fault on a cluster may fire, and which waits count against
+its patience (:data:`BROKER_FAULT_WAIT_SECONDS`) before it is skipped."""
+
+import time
+
+from outbox_devtools.chaos.plan import Fault, FaultKind
+from outbox_devtools.chaos.run import Cluster, FaultEvent
+from outbox_devtools.kafka import LocalKafka, LocalKafkaCluster
+
+
+def _cluster(kafka) -> Cluster:
+    return Cluster(kafka, [], [])
+
+
+def test_a_broker_fault_behind_another_fault_waits_without_spending_its_patience(tmp_path):
+    """A rolling restart on a loaded machine took 180 s; the broker faults queued behind it
+    spent their patience on it and were skipped (the suite's short run then failed)."""
+    cluster = _cluster(LocalKafkaCluster(tmp_path / "kafka", nodes=3))
+    restart = FaultEvent(Fault(0.07, FaultKind.ROLLING_RESTART, 0, 0.0), 4.0, "every node", 0.0)
+    restart.steps = iter(())
+    cluster.events.append(restart)
+    kill = Fault(0.68, FaultKind.KILL_BROKER, 1, 1.5)
+    blocker = cluster.waits_for(kill)
+    assert blocker is not None and not blocker.patience_runs
+    assert "every node is not back from" in blocker.reason
+
+    restart.back_after = 180.0  # over: now the cluster itself must come back in sync
+    blocker = cluster.waits_for(kill)
+    assert blocker is not None and blocker.patience_runs
+    assert blocker.reason == "a node is not running"  # nothing was started here
+
+
+def test_on_one_broker_and_for_other_kinds_nothing_waits(tmp_path):
+    single = _cluster(LocalKafka(tmp_path / "kafka"))
+    assert single.waits_for(Fault(0.5, FaultKind.KILL_BROKER, 1, 1.5)) is None
+    cluster = _cluster(LocalKafkaCluster(tmp_path / "cluster", nodes=3))
+    cluster.events.append(
+        FaultEvent(Fault(0.1, FaultKind.KILL_BROKER, 1, 1.5), 1.0, "node 1", time.monotonic())
+    )
+    assert cluster.waits_for(Fault(0.5, FaultKind.KILL_PRODUCER, 0, 1.0)) is None
