@@ -1,5 +1,7 @@
-"""What the suite's short chaos runs share: the command, and every default fault turned off."""
+"""What the suite's short chaos runs share: the command, every default fault turned off, and
+how a run's outcome is read."""
 
+import re
 import subprocess
 import sys
 
@@ -41,3 +43,27 @@ def failure_report(result: subprocess.CompletedProcess[str]) -> str:
     return "\n".join(
         [result.stdout.rstrip(), f"--- stderr, last {STDERR_LINES} lines ---", *stderr]
     )
+
+
+def clean_verdict(
+    result: subprocess.CompletedProcess[str],
+    seed: int,
+    *,
+    raw_duplicates: str = "0",
+    tail: str = "",
+) -> re.Match[str]:
+    """The run's last line, once the run exited 0: nothing lost, no phantom, no duplicate
+    in the sink, no half pending, no orphan published. Named groups: ``transactions``,
+    ``committed``, ``raw_duplicates`` (as ``raw_duplicates`` allows: ``0`` or a pattern) and
+    those of ``tail`` (what follows the stall figures, e.g. the parking counts)."""
+    assert result.returncode == 0, failure_report(result)
+    last = result.stdout.strip().splitlines()[-1]
+    found = re.fullmatch(
+        rf"chaos: seed={seed} transactions=(?P<transactions>\d+) committed=(?P<committed>\d+) "
+        r"lost=0 phantom=0 duplicates_in_sink=0 "
+        rf"raw_duplicates=(?P<raw_duplicates>{raw_duplicates}) pending=0 orphans_published=0 "
+        r"publication_stall_s=[\d.]+ writable_stall_s=[\d.]+" + tail,
+        last,
+    )
+    assert found, f"{last}\n{failure_report(result)}"
+    return found
