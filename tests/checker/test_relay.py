@@ -19,6 +19,7 @@ from typing import ClassVar
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from prometheus_client import REGISTRY
 
 from outbox.errors import KafkaUnavailableError
@@ -674,6 +675,38 @@ def test_an_out_of_range_answer_never_moves_the_relay_back_to_decisions_it_publi
             relay.pump(0.5)
         drain(relay)
     assert published(t) == Counter({h.transaction_id: 1 for h in [*halves, later]})
+
+
+def test_ops_retention_removed_before_the_relay_read_them_do_not_stop_it(
+    outbox_topics: OutboxTopics, kafka_admin: AdminClient, caplog: pytest.LogCaptureFixture
+):
+    """The relay's consumer resets nowhere (the test above), so a committed offset below the
+    partition's first op (retention removed the ops the relay had not read yet) would be
+    answered "out of range" at every read: the relay resumes at the first op still stored,
+    and says which ops it never saw."""
+    t = outbox_topics
+    first = pending_half(t, f"first-{uuid.uuid4().hex[:6]}")
+    decide(t, first, write_half(t, first), COMMIT)
+    with relay_of(t) as relay:
+        drain(relay)
+    assert published(t) == Counter({first.transaction_id: 1})
+    unread = [pending_half(t, f"unread-{n}-{uuid.uuid4().hex[:6]}") for n in range(3)]
+    commit_all(t, unread, write_halves(t, unread))
+    for future in kafka_admin.delete_records([TopicPartition(t.names.op, 0, -1)]).values():
+        future.result()  # what retention does: every op of partition 0, to its end, is gone
+    later = pending_half(t, f"later-{uuid.uuid4().hex[:6]}")
+    decide(t, later, write_half(t, later), COMMIT)
+    with caplog.at_level(logging.WARNING, logger="outbox_checker.relay"), relay_of(t) as relay:
+        deadline = time.monotonic() + 30
+        while published(t)[later.transaction_id] != 1:
+            assert time.monotonic() < deadline, "the relay did not go on past the removed ops"
+            relay.pump(0.5)
+        drain(relay)
+    assert published(t) == Counter({first.transaction_id: 1, later.transaction_id: 1})
+    assert any(
+        "were removed by retention before the relay read them" in record.getMessage()
+        for record in caplog.records
+    )
 
 
 @contextmanager
