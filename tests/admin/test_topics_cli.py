@@ -9,6 +9,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import NewTopic
 
 from outbox.admin import read_topic_states
+from outbox.config import kafka_client_config
 from outbox.protocol import TopicNames
 from outbox.reading import read_topic
 
@@ -132,7 +133,7 @@ def test_created_topics_are_stamped_by_the_broker(kafka_bootstrap, kafka_admin, 
     topics = [*names.fixed, names.check("shop")]
     states = read_topic_states(kafka_admin, topics)
     assert {s.config.get("message.timestamp.type") for s in states.values()} == {"LogAppendTime"}
-    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer = Producer(kafka_client_config(kafka_bootstrap))
     producer.produce(names.half, b"v", timestamp=1_000)  # a producer clock in 1970
     assert producer.flush(30) == 0
     (record,) = read_topic({"bootstrap.servers": kafka_bootstrap}, names.half, timeout=30)

@@ -10,6 +10,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from outbox.admin import ensure_topics, plan_topics, read_topic_states
+from outbox.config import kafka_client_config
 from outbox.protocol import TopicNames
 from outbox.reading import read_topic
 from outbox_devtools.kafka import LocalKafkaCluster
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.kafka
 def test_three_brokers_give_three_replicas_and_min_insync_two(
     kafka_cluster: LocalKafkaCluster, unique_prefix: str
 ) -> None:
-    admin = AdminClient({"bootstrap.servers": kafka_cluster.bootstrap_servers})
+    admin = AdminClient(kafka_client_config(kafka_cluster.bootstrap_servers))
     topics = TopicNames(unique_prefix)
     ensure_topics(admin, plan_topics(topics, partitions=2, producer_groups=("shop",)))
     states = read_topic_states(admin, [*topics.fixed, topics.check("shop")])
@@ -35,7 +36,7 @@ def test_an_existing_thinner_topic_is_kept_with_a_warning(
 ) -> None:
     bootstrap = kafka_cluster.bootstrap_servers
     topics = TopicNames(unique_prefix)
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(kafka_client_config(bootstrap))
     admin.create_topics([NewTopic(topics.half, 1, 1)])[topics.half].result(30)
     created = outbox(
         "topics", "create", "-p", "1", "--prefix", unique_prefix, "--bootstrap", bootstrap
@@ -67,9 +68,9 @@ def test_read_topic_waits_for_a_partition_without_a_leader(
     """
     bootstrap = kafka_cluster.bootstrap_servers
     topic = f"{unique_prefix}.single"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(kafka_client_config(bootstrap))
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
-    writer = Producer({"bootstrap.servers": bootstrap})
+    writer = Producer(kafka_client_config(bootstrap))
     for value in (b"a", b"b", b"c"):
         writer.produce(topic, value)
     assert writer.flush(30) == 0

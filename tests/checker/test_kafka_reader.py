@@ -9,6 +9,7 @@ from confluent_kafka import IsolationLevel, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from outbox.admin import TopicSpec, ensure_topics
+from outbox.config import kafka_client_config
 from outbox.errors import KafkaUnavailableError
 from outbox.protocol import OutgoingRecord
 from outbox_checker.kafka_reader import END_OFFSETS_MARGIN_SECONDS, TopicCursor, end_offsets
@@ -104,7 +105,7 @@ def test_end_offsets_answers_within_its_timeout_when_the_broker_does_not(own_kaf
     for "the half was never stored". And once the answer never came at all (a node killed
     under a three-node cluster) and the relay, waiting on the future with no bound,
     published nothing for over 35 s."""
-    admin = AdminClient({"bootstrap.servers": own_kafka_broker.bootstrap_servers})
+    admin = AdminClient(kafka_client_config(own_kafka_broker.bootstrap_servers))
     ensure_topics(admin, [TopicSpec("ends", 1, 1)])
     assert end_offsets(admin, "ends", [0], IsolationLevel.READ_COMMITTED, 5.0) == {0: 0}
     with own_kafka_broker.frozen():

@@ -14,7 +14,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from outbox.admin import ensure_topics, plan_topics
-from outbox.config import KafkaSettings
+from outbox.config import KafkaSettings, kafka_client_config
 from outbox.errors import TopicAdminError
 from outbox.protocol import HalfRecord, Header, OpRecord, Resolution, TopicNames
 from outbox_checker.display import format_age
@@ -39,7 +39,7 @@ class Writer:
 
     def __init__(self, bootstrap: str, topics: TopicNames) -> None:
         self.topics = topics
-        self.producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+        self.producer = Producer(kafka_client_config(bootstrap, {"enable.idempotence": True}))
 
     def halves(self, partition: int, *records: HalfRecord) -> None:
         for record in records:
@@ -66,7 +66,7 @@ def setup(kafka_bootstrap: str, kafka_admin: AdminClient, unique_prefix: str):
 
 def commit_checkpoint(bootstrap: str, group: str, topic: str, partition: int, half: int, op: int):
     """Commit a checkpoint the way the checker does: half offset, op offset in the metadata."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    consumer = Consumer(kafka_client_config(bootstrap, {"group.id": group}))
     try:
         checkpoint = TopicPartition(topic, partition, half, metadata=encode_checkpoint(op))
         consumer.commit(offsets=[checkpoint], asynchronous=False)
@@ -105,9 +105,9 @@ def test_a_checkpoint_in_an_open_transaction_is_waited_for(setup, kafka_bootstra
     group = f"{settings.topic_prefix}.checker"
     writer.halves(0, half("a", NOW_MS - 60_000), half("b", NOW_MS - 60_000))
     producer = Producer(
-        {"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{settings.topic_prefix}-c"}
+        kafka_client_config(kafka_bootstrap, {"transactional.id": f"{settings.topic_prefix}-c"})
     )
-    member = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group})
+    member = Consumer(kafka_client_config(kafka_bootstrap, {"group.id": group}))
     try:
         producer.init_transactions(30)
         producer.begin_transaction()
@@ -146,7 +146,7 @@ def test_put_back_copies_count_once_and_malformed_apart(setup):
 def test_aborted_halves_are_not_pending(setup, kafka_bootstrap):
     settings, writer = setup
     producer = Producer(
-        {"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{settings.topic_prefix}-t"}
+        kafka_client_config(kafka_bootstrap, {"transactional.id": f"{settings.topic_prefix}-t"})
     )
     producer.init_transactions(30)
     producer.begin_transaction()

@@ -24,6 +24,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from outbox.admin import ensure_topics, plan_topics
+from outbox.config import kafka_client_config
 from outbox.protocol import TopicNames
 from outbox_devtools.processes import free_port
 
@@ -210,7 +211,7 @@ def test_an_outage_after_start_is_a_few_lines_not_a_flood(checker_at, own_kafka_
     """
     bootstrap = own_kafka_broker.bootstrap_servers
     ensure_topics(
-        AdminClient({"bootstrap.servers": bootstrap}), plan_topics(TopicNames("flood"), 2, 1, ())
+        AdminClient(kafka_client_config(bootstrap)), plan_topics(TopicNames("flood"), 2, 1, ())
     )
     checker = checker_at(bootstrap, OUTBOX_TOPIC_PREFIX="flood")
     checker.wait_for(r"relaying op partitions", within=60)

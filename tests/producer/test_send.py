@@ -24,6 +24,7 @@ from outbox import (
     acked_writer,
 )
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
+from outbox.config import kafka_client_config
 from outbox.protocol import HalfRecord, OpRecord, Resolution, TopicNames
 from tests.fixtures.reports import reports_without_offsets
 from tests.producer.conftest import OutboxTopics, ScriptedListener
@@ -214,7 +215,7 @@ def test_op_lost_with_the_broker_is_reported_never_raised(
     """
     bootstrap = own_kafka_broker.bootstrap_servers
     names = TopicNames("lost")
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(kafka_client_config(bootstrap))
     ensure_topics(admin, [*plan_topics(names, 1), TopicSpec("events", 1, 1)])
     settings = ProducerSettings(
         bootstrap_servers=bootstrap,

@@ -4,6 +4,7 @@ import pytest
 from confluent_kafka import Producer
 
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
+from outbox.config import kafka_client_config
 from outbox.protocol import (
     CheckRequest,
     DiscardReason,
@@ -24,7 +25,7 @@ def test_every_kind_round_trips_through_kafka(kafka_bootstrap, kafka_admin, uniq
     topics = TopicNames(unique_prefix)
     real_topic = f"{unique_prefix}-events"
     ensure_topics(kafka_admin, [*plan_topics(topics, 2, 1, ("g",)), TopicSpec(real_topic, 2, 1)])
-    config = {"bootstrap.servers": kafka_bootstrap}
+    config = kafka_client_config(kafka_bootstrap)
     half = HalfRecord(
         new_transaction_id(), "g", real_topic, b"k", b"v", 123, [("h", b"1"), ("h", None)]
     )
@@ -57,7 +58,7 @@ def test_read_topic_skips_aborted_transactions(kafka_bootstrap, kafka_admin, uni
     topic = f"{unique_prefix}-txn"
     ensure_topics(kafka_admin, [TopicSpec(topic, 1, 1)])
     producer = Producer(
-        {"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{unique_prefix}-t"}
+        kafka_client_config(kafka_bootstrap, {"transactional.id": f"{unique_prefix}-t"})
     )
     producer.init_transactions(30)
     for value, commit in ((b"aborted", False), (b"committed", True)):
@@ -68,7 +69,7 @@ def test_read_topic_skips_aborted_transactions(kafka_bootstrap, kafka_admin, uni
             producer.commit_transaction(30)
         else:
             producer.abort_transaction(30)
-    config = {"bootstrap.servers": kafka_bootstrap}
+    config = kafka_client_config(kafka_bootstrap)
     assert [r.value for r in read_topic(config, topic)] == [b"committed"]
     raw = read_topic(config, topic, isolation="read_uncommitted")
     assert [r.value for r in raw] == [b"aborted", b"committed"]

@@ -17,6 +17,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from outbox.config import kafka_client_config
 from outbox_devtools import processes
 from outbox_devtools.kafka import (
     KAFKA_VERSION,
@@ -32,12 +33,12 @@ pytestmark = pytest.mark.kafka
 
 
 def create_topic(bootstrap: str, name: str, partitions: int = 1) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(kafka_client_config(bootstrap))
     admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
 
 
 def produce(bootstrap: str, topic: str, *values: bytes) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    producer = Producer(kafka_client_config(bootstrap, {"acks": "all"}))
     for value in values:
         producer.produce(topic, value)
     assert producer.flush(30) == 0
@@ -88,7 +89,7 @@ def test_transactions_commit_and_abort_on_a_single_node(
     topic = f"{unique_prefix}.tx"
     create_topic(kafka_bootstrap, topic)
     producer = Producer(
-        {"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{unique_prefix}-tx"}
+        kafka_client_config(kafka_bootstrap, {"transactional.id": f"{unique_prefix}-tx"})
     )
     producer.init_transactions(60)
     producer.begin_transaction()
@@ -266,7 +267,7 @@ def test_cli_start_status_stop(dev_env: dict[str, str]) -> None:
     bootstrap = last_line.removeprefix("bootstrap: ")
     state = json.loads((Path(dev_env["OUTBOX_DEV_HOME"]) / "kafka.json").read_text())
     pid = int(state["pid"])
-    assert AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).brokers
+    assert AdminClient(kafka_client_config(bootstrap)).list_topics(timeout=10).brokers
 
     status = outbox("dev", "kafka", "status", env=dev_env)
     assert status.returncode == 0
@@ -276,9 +277,7 @@ def test_cli_start_status_stop(dev_env: dict[str, str]) -> None:
     no_bootstrap = {k: v for k, v in dev_env.items() if k != "OUTBOX_BOOTSTRAP_SERVERS"}
     created = outbox("topics", "create", "--partitions", "1", "--prefix", "devb", env=no_bootstrap)
     assert created.returncode == 0, created.stderr
-    assert (
-        "devb.half" in AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics
-    )
+    assert "devb.half" in AdminClient(kafka_client_config(bootstrap)).list_topics(timeout=10).topics
 
     again = outbox("dev", "kafka", "start", env=dev_env)
     assert again.returncode == 0
@@ -300,7 +299,7 @@ def test_cli_start_status_stop_a_three_node_cluster(dev_env: dict[str, str]) -> 
     state = json.loads((Path(dev_env["OUTBOX_DEV_HOME"]) / "kafka.json").read_text())
     pids = [int(pid) for pid in state["pids"]]
     assert len(set(pids)) == 3 and state["nodes"] == 3
-    metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
+    metadata = AdminClient(kafka_client_config(bootstrap)).list_topics(timeout=10)
     assert sorted(metadata.brokers) == [1, 2, 3]
 
     status = outbox("dev", "kafka", "status", env=dev_env)

@@ -10,6 +10,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from outbox.config import kafka_client_config
 from outbox_devtools import processes
 from outbox_devtools.kafka import (
     KafkaRuntimeError,
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.kafka
 
 
 def create_replicated_topic(bootstrap: str, name: str, partitions: int = 1) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(kafka_client_config(bootstrap))
     topic = NewTopic(name, partitions, 3, config={"min.insync.replicas": "2"})
     admin.create_topics([topic])[name].result(30)
 

@@ -14,6 +14,7 @@ import uuid
 
 from confluent_kafka.admin import AdminClient
 
+from outbox.config import kafka_client_config
 from outbox import LocalTransactionState, Message, ProducerSettings, TransactionProducer
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
 from outbox.protocol import TopicNames
@@ -29,7 +30,7 @@ class Commit:
 
 def test_send_on_the_shared_broker(kafka_broker):
     names = TopicNames(f"u{uuid.uuid4().hex[:8]}")
-    admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap_servers})
+    admin = AdminClient(kafka_client_config(kafka_broker.bootstrap_servers))
     ensure_topics(admin, [*plan_topics(names, 1), TopicSpec("orders", 1, 1)])
     settings = ProducerSettings(
         bootstrap_servers=kafka_broker.bootstrap_servers, topic_prefix=names.prefix
