@@ -9,6 +9,5 @@ pytest_plugins = [
     "outbox_devtools.testing",
     "tests.fixtures.kafka",
     "tests.fixtures.postgres",
-    "tests.scheduling",
     "pytester",
 ]
