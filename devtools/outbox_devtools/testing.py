@@ -32,7 +32,6 @@ Fixtures:
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -90,13 +89,8 @@ def spark_cluster(_module_spark_cluster: LocalSparkCluster) -> LocalSparkCluster
 
 
 def _started(broker: LocalKafka) -> Iterator[LocalKafka]:
-    """``broker`` started, and closed afterwards even when it failed to start.
-
-    Before it stops, the clients the tests left behind in reference cycles are collected:
-    alive past the broker, a client not given a ``logger`` prints each reconnect failure
-    raw (``%3|...|FAIL|...``) under the session's summary."""
+    """``broker`` started, and closed afterwards even when it failed to start."""
     try:
         yield broker.start()
     finally:
-        gc.collect()
         broker.close()
