@@ -55,8 +55,9 @@ OFFSETS_DEADLINE_SECONDS = 5.0
 fenced. The call is two round trips (milliseconds), but librdkafka 2.x can block in it far
 past its timeout when its group coordinator went away (confluentinc/librdkafka#5456, the
 relay's ``transaction_deadline`` for the same hang): caught by a broker restart, a chunk sat
-in it 80 s, and its open transaction held the half partition's last stable offset, so the
-relay could publish nothing behind it, until the watchdog's three client timeouts ran out."""
+in it 80 s, until the watchdog's three client timeouts ran out. The chunk sends its offsets
+before it writes any record, so a chunk waiting here holds no half partition's last stable
+offset (the relay publishes on behind it); the deadline bounds how long its round waits."""
 
 _WATCH_SECONDS = 0.1
 """How often the watchdog looks at a chunk that has not reached its commit yet."""
@@ -260,6 +261,19 @@ class RoundWriter:
         to_check, to_requeue, to_discard = self._screen(chunk)
         try:
             producer.begin_transaction()
+            checkpoint = TopicPartition(
+                self._topics.half,
+                chunk.partition,
+                chunk.half_checkpoint,
+                metadata=encode_checkpoint(chunk.op_checkpoint),
+            )
+            # The offsets before any record: librdkafka can wait in this call on a group
+            # coordinator it lost, past its timeout, until the watchdog abandons the chunk;
+            # a copy already written would hold the half partition's last stable offset
+            # all that time, and the relay (reading committed) publish nothing behind it.
+            progress.sending_offsets_since = time.monotonic()
+            producer.send_offsets_to_transaction([checkpoint], group_metadata, self._timeout)
+            progress.sending_offsets_since = None
             copies: list[tuple[HalfRecord, list[int]]] = []
             for entry in to_check:
                 assert entry.half is not None
@@ -304,17 +318,6 @@ class RoundWriter:
                 )
                 drained.append((parked, offset))
             result.put_backs = len(copies) + len(to_requeue)
-            checkpoint = TopicPartition(
-                self._topics.half,
-                chunk.partition,
-                chunk.half_checkpoint,
-                metadata=encode_checkpoint(chunk.op_checkpoint),
-            )
-            # The offsets first: their round trips to the coordinators overlap the copies'
-            # acknowledgements, which the check requests wait for (they name the copies).
-            progress.sending_offsets_since = time.monotonic()
-            producer.send_offsets_to_transaction([checkpoint], group_metadata, self._timeout)
-            progress.sending_offsets_since = None
             if drained:
                 self._decide_drained(producer, chunk.partition, drained, now_ms(), result)
             if copies:

@@ -17,16 +17,17 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from outbox.errors import KafkaUnavailableError
 from outbox.protocol import HalfRecord, OutgoingRecord, RawRecord
 from outbox.topic_catalog import TopicCatalog
+from outbox_checker import round_writer
 from outbox_checker.entries import HalfEntry
 from outbox_checker.round_writer import ChunkResult, RoundWriter
 from outbox_checker.rules import RoundChunk
-from tests.checker.support import check_requests, ensure_check_topic, pending_half
+from tests.checker.support import check_requests, ensure_check_topic, pending_half, write
 from tests.fixtures.reports import reports_without_offsets
 from tests.producer.conftest import OutboxTopics
 
@@ -41,10 +42,12 @@ def chunk_of(half: HalfRecord, checkpoint: int) -> RoundChunk:
 
 
 def new_writer(
-    t: OutboxTopics, producer_factory: Callable[[dict[str, Any]], Producer] = Producer
+    t: OutboxTopics,
+    producer_factory: Callable[[dict[str, Any]], Producer] = Producer,
+    timeout: float = 1.0,
 ) -> RoundWriter:
-    """A writer with a 1 s timeout (its watchdog gives up after 3 s); a fresh broker may
-    still be loading its transaction coordinator, which is retriable."""
+    """A writer with a 1 s timeout unless told (its watchdog gives up after three); a fresh
+    broker may still be loading its transaction coordinator, which is retriable."""
     deadline = time.monotonic() + 60
     while True:
         try:
@@ -53,7 +56,7 @@ def new_writer(
                 f"{t.names.prefix}.w.{uuid.uuid4().hex[:6]}",
                 t.names,
                 TopicCatalog(AdminClient(t.client_config), 10.0),
-                timeout=1.0,
+                timeout=timeout,
                 producer_factory=producer_factory,
             )
         except KafkaUnavailableError:
@@ -143,3 +146,86 @@ def test_a_put_back_copy_stored_at_an_unreported_offset_aborts_its_chunk(
     group.close()
     assert check_requests(t) == []
     assert t.read(t.names.half) == []  # the copy's transaction was aborted
+
+
+def test_a_chunk_waiting_on_its_group_coordinator_holds_back_no_half(
+    outbox_topics: OutboxTopics, monkeypatch: pytest.MonkeyPatch
+):
+    """While a chunk waits in ``send_offsets_to_transaction`` (librdkafka can wait there on
+    a group coordinator it lost, past its timeout, until the watchdog abandons the chunk),
+    its transaction must hold no record on the half partition: a record there holds the
+    partition's last stable offset, and the relay, reading committed, could publish none of
+    the halves stored behind it (5.1 s after an outage, in a suite run). So the offsets go
+    first, before any copy is written; a half stored meanwhile is readable at once. (The
+    watchdog is held off for the test: the wait here is the test's, released by it.)"""
+    t = outbox_topics
+    monkeypatch.setattr(round_writer, "OFFSETS_DEADLINE_SECONDS", 60.0)
+    ensure_check_topic(t)
+    waiting, release = threading.Event(), threading.Event()
+
+    class SlowCoordinator(Producer):
+        """The real producer; its first ``send_offsets_to_transaction`` waits to be released."""
+
+        def send_offsets_to_transaction(self, *args: Any) -> None:
+            if not waiting.is_set():
+                waiting.set()
+                release.wait(30)
+            super().send_offsets_to_transaction(*args)
+
+    writer = new_writer(t, producer_factory=SlowCoordinator, timeout=10.0)
+    group = Consumer({**t.client_config, "group.id": f"{t.names.prefix}.checker"})
+    outcome: list[ChunkResult | BaseException] = []
+
+    def write_chunk() -> None:
+        try:
+            outcome.append(
+                writer.write(
+                    chunk_of(pending_half(t, "waiting"), 1), group.consumer_group_metadata(), now
+                )
+            )
+        except BaseException as exc:
+            outcome.append(exc)
+
+    chunk = threading.Thread(target=write_chunk)
+    chunk.start()
+    try:
+        assert waiting.wait(30), "the chunk never sent its offsets"
+        time.sleep(0.5)  # past linger.ms: a copy produced before the offsets is on the broker
+        ((_, stored_at),) = write(t, pending_half(t, "behind").to_record(t.names, 0))
+        seen = read_committed_record(t, t.names.half, 0, stored_at, within=3.0)
+    finally:
+        release.set()
+        chunk.join(60)
+        writer.close()
+        group.close()
+    assert seen, "a half stored while the chunk waited on its coordinator was held back"
+    assert outcome and isinstance(outcome[0], ChunkResult), outcome
+    assert [r.half.transaction_id for r in check_requests(t)] == ["waiting"]
+
+
+def now() -> int:
+    return int(time.time() * 1000)
+
+
+def read_committed_record(
+    t: OutboxTopics, topic: str, partition: int, offset: int, within: float
+) -> bool:
+    """Whether a read-committed consumer (the relay's view) gets the record at ``offset``."""
+    reader = Consumer(
+        {
+            **t.client_config,
+            "group.id": f"{t.names.prefix}.probe",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        reader.assign([TopicPartition(topic, partition, offset)])
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            message = reader.poll(0.2)
+            if message is not None and message.error() is None and message.offset() == offset:
+                return True
+        return False
+    finally:
+        reader.close()
