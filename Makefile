@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: install kafka-jars demo chaos test lint format clean bench bench-producer bench-checker spark-jars bench-sink bench-parking bench-peer model docs test-cluster test-long
+.PHONY: install kafka-jars demo chaos test lint format clean bench bench-producer bench-checker spark-jars bench-sink bench-parking bench-peer model docs test-cluster test-long test-durations
 
 # The library with its test extras, and next to it the developer tooling
 # (devtools/: local runtimes, demo, chaos, pytest plugin), which is not in the
@@ -80,12 +80,19 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-# Two pytest workers (pytest-xdist), a test module per worker at a time: most tests wait
-# on brokers, sessions and timers, so two share this 2-core machine's CPU well (19 min
-# against 30 serially, 2026-11-27). TEST_WORKERS=0 runs them in this process.
-TEST_WORKERS ?= 2
+# Three pytest workers (pytest-xdist), a test file per worker at a time, the longest
+# measured files first (tests/scheduling.py): most tests wait on brokers, sessions and
+# timers, so three share this 2-core machine's CPU (85 % busy on average): 20.4 min
+# from a fresh clone, against 22.5 on three workers in xdist's order and 26.2 on two,
+# 2026-12-01. TEST_WORKERS=0 runs them in this process.
+TEST_WORKERS ?= 3
 test: kafka-jars spark-jars lint
 	$(BIN)/pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+
+# The suite as `make test` runs it, writing each file's measured time to
+# tests/file_durations.json (the scheduler's order); refresh it when a file's time moves.
+test-durations: kafka-jars spark-jars
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile --store-file-durations
 
 # Longer variants of proofs whose shorter variant runs in `make test`.
 test-long: kafka-jars spark-jars

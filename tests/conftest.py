@@ -9,5 +9,6 @@ pytest_plugins = [
     "outbox_devtools.testing",
     "tests.fixtures.kafka",
     "tests.fixtures.postgres",
+    "tests.scheduling",
     "pytester",
 ]
