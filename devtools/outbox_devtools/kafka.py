@@ -34,6 +34,7 @@ from typing import Any
 
 from outbox import maven
 from outbox_devtools import processes
+from outbox_devtools.class_archive import ClassArchive, archive_path
 from outbox_devtools.secure_kafka import BrokerSecurity
 
 KAFKA_VERSION = "4.1.1"
@@ -306,6 +307,7 @@ class LocalKafka:
         self.launcher = list(launcher)
         self.last_start_seconds: float | None = None
         self._proc: subprocess.Popen[bytes] | None = None
+        self._class_archive: ClassArchive | None = None
         self._atexit_registered = False
 
     # -- addresses and files
@@ -384,10 +386,13 @@ class LocalKafka:
         (self.work_dir / "log4j2.xml").write_text(_LOG4J2_XML)
         return path
 
-    def _java_argv(self, main_class: str, *args: str, heap: str) -> list[str]:
+    def _java_argv(
+        self, main_class: str, *args: str, heap: str, jvm_flags: Sequence[str] = ()
+    ) -> list[str]:
         libs = self.libs_dir or ensure_kafka_jars()
         return [
             _java(),
+            *jvm_flags,
             f"-Xmx{heap}",
             "-XX:+UseG1GC",
             "-XX:MaxGCPauseMillis=20",
@@ -482,7 +487,18 @@ class LocalKafka:
         this runs on the caller's long-lived thread, never on a helper thread.
         """
         config = self.work_dir / "server.properties"
-        argv = [*self.launcher, *self._java_argv("kafka.Kafka", str(config), heap=self.heap)]
+        assert self.libs_dir is not None  # (prepare)
+        self._settle_class_archive(exited_cleanly=False)  # a JVM that ended by itself
+        self._class_archive = ClassArchive(archive_path(self.libs_dir, _java()))
+        argv = [
+            *self.launcher,
+            *self._java_argv(
+                "kafka.Kafka",
+                str(config),
+                heap=self.heap,
+                jvm_flags=self._class_archive.jvm_flags(may_write=not self.detached),
+            ),
+        ]
         self._proc = processes.spawn(argv, log_path=self.log_path, detached=self.detached)
         if not self.detached and not self._atexit_registered:
             atexit.register(self._stop_at_exit)
@@ -543,6 +559,7 @@ class LocalKafka:
             processes.stop_pid(self._proc.pid, grace_seconds)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._proc.wait(timeout=1)
+            self._settle_class_archive(exited_cleanly=self._proc.returncode not in (None, -9))
             self._proc = None
 
     def kill(self) -> None:
@@ -551,7 +568,12 @@ class LocalKafka:
             processes.kill_pid(self._proc.pid)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._proc.wait(timeout=1)
+            self._settle_class_archive(exited_cleanly=False)
             self._proc = None
+
+    def _settle_class_archive(self, *, exited_cleanly: bool) -> None:
+        if self._class_archive is not None:
+            self._class_archive.settle(exited_cleanly=exited_cleanly)
 
     def freeze(self) -> None:
         """SIGSTOP: a stalled machine, not a crash.

@@ -152,6 +152,32 @@ def test_kill_then_start_recovers(own_kafka_broker: LocalKafka) -> None:
     assert consume(bootstrap, "crash", until=b"after crash") == [b"before crash", b"after crash"]
 
 
+def test_a_clean_stop_leaves_a_class_archive_the_next_broker_maps(tmp_path: Path) -> None:
+    """The first broker writes the archive as it stops; a killed one leaves nothing behind.
+
+    Over jars of their own (links to the cached ones), so that the archive is this test's."""
+    libs = tmp_path / "libs"
+    libs.mkdir()
+    for jar in ensure_kafka_jars().iterdir():
+        (libs / jar.name).symlink_to(jar)
+
+    killed = LocalKafka(tmp_path / "killed", libs_dir=libs).start()
+    killed.kill()
+    assert list(tmp_path.glob("*.jsa*")) == [], "a killed broker left an archive"
+
+    first = LocalKafka(tmp_path / "first", libs_dir=libs).start()
+    first.stop()
+    (archive,) = tmp_path.glob("*.jsa*")  # the archive alone, no launch's own part
+    assert archive.name.startswith("classes-") and archive.suffix == ".jsa"
+
+    second = LocalKafka(tmp_path / "second", libs_dir=libs).start()
+    try:
+        assert second.pid is not None
+        assert str(archive) in Path(f"/proc/{second.pid}/maps").read_text()
+    finally:
+        second.stop()
+
+
 def test_single_node_settings_are_written(tmp_path: Path) -> None:
     props = LocalKafka(tmp_path).server_properties()
     assert props["process.roles"] == "broker,controller"
