@@ -65,6 +65,9 @@ SELF_FENCE_SECONDS = 5.0
 """A fence this soon after the consumer's own session timed out is its own rejoin's."""
 ASSIGNMENT_STRATEGY = "range"
 """Eager: assignments are whole (:class:`Consumer.assign`, ``unassign``), never incremental."""
+JOIN_STALL_SECONDS = 30.0
+"""A member revoked this long ago and given no assignment since (an empty one counts) is
+stuck joining, at least this long, or three sessions if they are longer."""
 REFUSAL_LOG_SECONDS = 60.0
 REFUSAL_FRESH_SECONDS = 10.0
 """librdkafka repeats a refused join every 2 s: a refusal this recent means it goes on."""
@@ -141,13 +144,15 @@ class GroupMember:
         role: str,
         group_label: str,
         overrides: dict[str, Any] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``instance``: the replica's stable id, for static membership (``None``: a dynamic
         member). ``on_rejoin`` is told once a fresh consumer replaced a fenced one, before
         the old one closes: what it owned is the new one's to be given. ``role`` and
         ``group_label`` name the consumer and its group in the fence's warning and error
         ("relay consumer", "relay group 'x'"); ``overrides``: librdkafka properties over
-        the group consumer's."""
+        the group consumer's; ``clock``: the monotonic seconds :meth:`rejoin_if_stalled`
+        measures with."""
         self._client_config = client_config
         self._topic = topic
         self._group = group
@@ -162,6 +167,9 @@ class GroupMember:
         self._fences = Fences()
         self.refusals = JoinRefusals(group)
         """Whether the group refuses this replica's joins lately (it waits, and is ready)."""
+        self._clock = clock
+        self._revoked_at: float | None = None
+        """When the group last took this member's partitions, until it gives it some again."""
         self._consumer, self._session_log = self._join()
 
     @property
@@ -179,17 +187,45 @@ class GroupMember:
 
     def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if consumer is self._consumer:  # not a replaced consumer's last word
+            self._revoked_at = None
             self._on_assign(consumer, partitions)
 
     def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if consumer is self._consumer:
+            self._revoked_at = self._clock()
             self._on_revoke(consumer, partitions)
 
     def rejoin(self) -> None:
         """Join the group again with a fresh consumer; the old one closes in the background."""
         old, (self._consumer, self._session_log) = self._consumer, self._join()
+        self._revoked_at = None
         self._on_rejoin()
         close_in_background(old)
+
+    def rejoin_if_stalled(self) -> bool:
+        """:meth:`rejoin` when the group took this member's partitions and has given it
+        none since, for :data:`JOIN_STALL_SECONDS` or three sessions, whichever is longer.
+
+        Eager rebalances give every member an assignment (maybe empty) once its join is
+        through, a few seconds after the revocation. After a broker's pause (SIGSTOP, a
+        stalled VM) librdkafka can leave a consumer that lost its session with its join
+        request queued for a coordinator connection that never comes up again: 2 minutes
+        and more without partitions, while the relay's consumer in the same process had
+        joined again in 10 s. A fresh consumer looks the coordinator up anew. While the
+        brokers are away this replaces a consumer that could not join either, at most
+        once a stall period."""
+        revoked_at = self._revoked_at
+        stall = max(JOIN_STALL_SECONDS, 3 * self._session_timeout_ms / 1000)
+        if revoked_at is None or self._clock() - revoked_at < stall:
+            return False
+        log.warning(
+            "%s has had no partitions for %.0fs since %s took them: joining again with a fresh one",
+            self._role,
+            self._clock() - revoked_at,
+            self._group_label,
+        )
+        self.rejoin()
+        return True
 
     def handled(self, error: KafkaError) -> bool:
         """Whether ``error`` was the group's to deal with, and is dealt with: a fence of this

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Callable
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
@@ -28,9 +30,15 @@ class HalfOwnership:
     run in ``poll``, while the health probe reads the owned partitions from another thread.
     """
 
-    def __init__(self, settings: CheckerSettings, static_id: str | None) -> None:
+    def __init__(
+        self,
+        settings: CheckerSettings,
+        static_id: str | None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         """``static_id``: the replica's id if it survives restarts, making it a static member
-        (:mod:`outbox_checker.membership`)."""
+        (:mod:`outbox_checker.membership`); ``clock``: monotonic seconds, for how long a
+        join has been stuck (:meth:`GroupMember.rejoin_if_stalled`)."""
         self._settings = settings
         self._owned: dict[int, Checkpoint | None] = {}
         self._lock = threading.Lock()
@@ -50,6 +58,7 @@ class HalfOwnership:
             role="group consumer",
             group_label=f"group {settings.group_id!r}",
             overrides={"max.poll.interval.ms": 600_000},
+            clock=clock,
         )
         self.refusals = self._member.refusals
         """Whether the group refuses this replica's joins lately (it waits, and is ready)."""
@@ -103,12 +112,15 @@ class HalfOwnership:
     def poll(self, timeout: float) -> None:
         """Serve rebalances (and keep the group session alive).
 
-        A static member fenced by its own rejoin gets a fresh consumer; fenced too
+        A member stuck joining, or a static member fenced by its own rejoin, gets a fresh
+        consumer; fenced too
         often, another replica has its id (DuplicateInstanceError). A refusal by the
         authoriser ends the replica: without its group or the half topic it would
         wait for partitions forever.
         """
         message = self.consumer.poll(timeout)
+        if self._member.rejoin_if_stalled():
+            return
         error = message.error() if message is not None else None
         if error is None or self._member.handled(error):
             return

@@ -84,7 +84,7 @@ class Checker:
         self._static_id = settings.stable_instance_id
         """Its id if it survives restarts: then a static member (:mod:`.membership`)."""
         self._instance = instance = self._static_id or process_instance_id()
-        self.ownership = HalfOwnership(settings, self._static_id)
+        self.ownership = HalfOwnership(settings, self._static_id, clock)
         """The rounds' group member: the half partitions owned, the group's generation."""
         self.assigned = self.ownership.assigned
         self.relay: Relay | None = None

@@ -20,6 +20,7 @@ from prometheus_client import REGISTRY
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
 from outbox.errors import KafkaUnavailableError
 from outbox.protocol import TopicNames
+from outbox_checker.membership import JOIN_STALL_SECONDS
 from outbox_checker.service import Checker
 from outbox_checker.settings import CheckerSettings
 from tests.checker.support import (
@@ -138,6 +139,26 @@ def test_checker_recovers_from_a_broker_frozen_longer_than_its_read_timeout(own_
             120,
             "a check of the half written after the thaw",
         )
+
+
+def test_a_group_consumer_stuck_joining_gets_a_fresh_one(own_kafka_broker, caplog):
+    """A consumer whose session ran out in a broker's pause, and whose join then did not go
+    through for 2 minutes (the rounds' consumer after a thaw, beside a relay consumer that
+    had joined again in 10 s), is replaced once its join has been stuck the stall period:
+    the checker's clock is moved past it while the broker is still frozen, so no join can
+    have gone through; after the thaw the fresh consumer gets the partitions."""
+    with (
+        caplog.at_level("WARNING", logger="outbox_checker.membership"),
+        _running_checker(own_kafka_broker, "stall") as running,
+    ):
+        ownership = running.checker.ownership
+        stuck = ownership.consumer
+        with own_kafka_broker.frozen():
+            wait_for(lambda: not ownership.partitions(), 60, "the session to run out")
+            running.clock.skew += JOIN_STALL_SECONDS + 5
+            wait_for(lambda: ownership.consumer is not stuck, 60, "a fresh group consumer")
+        _wait_for_check_of_half_written_now(running.topics)
+    assert any("has had no partitions for" in r.getMessage() for r in caplog.records)
 
 
 def _checked_so_far(topics: OutboxTopics) -> set[str]:
