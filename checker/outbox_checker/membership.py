@@ -151,8 +151,8 @@ class GroupMember:
         the old one closes: what it owned is the new one's to be given. ``role`` and
         ``group_label`` name the consumer and its group in the fence's warning and error
         ("relay consumer", "relay group 'x'"); ``overrides``: librdkafka properties over
-        the group consumer's; ``clock``: the monotonic seconds :meth:`rejoin_if_stalled`
-        measures with."""
+        the group consumer's; ``clock``: the seconds :meth:`rejoin_if_stalled` measures
+        with (the checker passes its own, which tests move)."""
         self._client_config = client_config
         self._topic = topic
         self._group = group
@@ -210,8 +210,9 @@ class GroupMember:
         through, a few seconds after the revocation. After a broker's pause (SIGSTOP, a
         stalled VM) librdkafka can leave a consumer that lost its session with its join
         request queued for a coordinator connection that never comes up again: 2 minutes
-        and more without partitions, while the relay's consumer in the same process had
-        joined again in 10 s. A fresh consumer looks the coordinator up anew. While the
+        and more without partitions, while the relay's consumer in the same process, stuck
+        too, had been replaced by its own watchdog after 10 s. A fresh consumer looks the
+        coordinator up anew. While the
         brokers are away this replaces a consumer that could not join either, at most
         once a stall period."""
         revoked_at = self._revoked_at

@@ -37,8 +37,8 @@ class HalfOwnership:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``static_id``: the replica's id if it survives restarts, making it a static member
-        (:mod:`outbox_checker.membership`); ``clock``: monotonic seconds, for how long a
-        join has been stuck (:meth:`GroupMember.rejoin_if_stalled`)."""
+        (:mod:`outbox_checker.membership`); ``clock``: the checker's clock in seconds, for
+        how long a join has been stuck (:meth:`GroupMember.rejoin_if_stalled`)."""
         self._settings = settings
         self._owned: dict[int, Checkpoint | None] = {}
         self._lock = threading.Lock()
@@ -113,10 +113,9 @@ class HalfOwnership:
         """Serve rebalances (and keep the group session alive).
 
         A member stuck joining, or a static member fenced by its own rejoin, gets a fresh
-        consumer; fenced too
-        often, another replica has its id (DuplicateInstanceError). A refusal by the
-        authoriser ends the replica: without its group or the half topic it would
-        wait for partitions forever.
+        consumer; fenced too often, another replica has its id (DuplicateInstanceError).
+        A refusal by the authoriser ends the replica: without its group or the half topic
+        it would wait for partitions forever.
         """
         message = self.consumer.poll(timeout)
         if self._member.rejoin_if_stalled():
