@@ -353,6 +353,11 @@ def explain(exc: BaseException, settings: SinkSettings) -> SinkError:
         if section.touches(_OUTPUT_FRAMES):
             return OutputPathError(f"cannot write the output {settings.output}: {reason}")
     if settings.checkpoint in trace:
+        if "checksumexception" in lowered or "checksum error" in lowered:
+            # Hadoop's .crc beside a checkpoint file disagrees with it: the file was changed.
+            return CheckpointError(
+                f"checkpoint {settings.checkpoint} is corrupt ({reason}); {RESTART_ADVICE}"
+            )
         return CheckpointError(f"checkpoint {settings.checkpoint} cannot be used: {reason}")
     if settings.output in trace:
         return OutputPathError(f"cannot write the output {settings.output}: {reason}")
