@@ -265,6 +265,11 @@ def discards(topics: OutboxTopics) -> list[DiscardRecord]:
     return [DiscardRecord.from_record(r) for r in topics.read(topics.names.discard)]
 
 
+def now_ms() -> int:
+    """The wall clock in milliseconds, as records' timestamps count."""
+    return int(time.time() * 1000)
+
+
 def wait_for(predicate: Callable[[], bool], timeout: float = 60.0, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout
     while not predicate():

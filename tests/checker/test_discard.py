@@ -31,15 +31,12 @@ from outbox.reading import read_topic
 from outbox_checker import discard as discard_module
 from outbox_checker.discard import RESUMED_KIND, ResumeMarker, read_discards, resume_discards
 from outbox_checker.errors import ResumeFencedError
+from tests.checker.support import now_ms
 from tests.fixtures.reports import reports_without_offsets
 
 pytestmark = pytest.mark.kafka
 
 NOW_MS = int(time.time() * 1000)
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def a_half(transaction_id: str, check_times: int = 15) -> HalfRecord:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 from confluent_kafka import TopicPartition
@@ -23,7 +22,7 @@ from outbox.config import KafkaSettings
 from outbox.protocol import DiscardReason, OpRecord, RealRecord, Resolution
 from outbox_checker.discard import read_discards, resume_discards
 from outbox_checker.errors import ResumeFencedError
-from tests.checker.support import pending_half, wait_for, write
+from tests.checker.support import now_ms, pending_half, wait_for, write
 from tests.fixtures.kafka import set_topic_config
 from tests.fixtures.relay import running_relay
 from tests.producer.conftest import OutboxTopics
@@ -33,10 +32,6 @@ pytestmark = pytest.mark.kafka
 VALUE = b"x" * 60_000
 SMALL_LIMIT = "20000"
 ROOMY_LIMIT = "1048588"
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def settings_of(t: OutboxTopics) -> KafkaSettings:

@@ -27,7 +27,7 @@ from outbox_checker import round_writer
 from outbox_checker.entries import HalfEntry
 from outbox_checker.round_writer import ChunkResult, RoundWriter
 from outbox_checker.rules import RoundChunk
-from tests.checker.support import check_requests, ensure_check_topic, pending_half, write
+from tests.checker.support import check_requests, ensure_check_topic, now_ms, pending_half, write
 from tests.fixtures.reports import reports_without_offsets
 from tests.producer.conftest import OutboxTopics
 
@@ -180,7 +180,7 @@ def test_a_chunk_waiting_on_its_group_coordinator_holds_back_no_half(
         try:
             outcome.append(
                 writer.write(
-                    chunk_of(pending_half(t, "waiting"), 1), group.consumer_group_metadata(), now
+                    chunk_of(pending_half(t, "waiting"), 1), group.consumer_group_metadata(), now_ms
                 )
             )
         except BaseException as exc:
@@ -201,10 +201,6 @@ def test_a_chunk_waiting_on_its_group_coordinator_holds_back_no_half(
     assert seen, "a half stored while the chunk waited on its coordinator was held back"
     assert outcome and isinstance(outcome[0], ChunkResult), outcome
     assert [r.half.transaction_id for r in check_requests(t)] == ["waiting"]
-
-
-def now() -> int:
-    return int(time.time() * 1000)
 
 
 def read_committed_record(
