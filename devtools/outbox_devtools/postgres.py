@@ -76,12 +76,14 @@ def _sweep_stale(parent: Path) -> None:
     The kernel kills the server with its parent, but nothing deletes the
     directory then. A cluster whose ``postmaster.pid`` names a dead process is
     such a leftover; one without that file may be mid-initdb in another session
-    and is left alone.
+    and is left alone. initdb's standalone backends write their own pid negated there
+    (PostgreSQL's ``CreateLockFile``), so the sign is dropped: read as a process group, a
+    live initdb in another session looked dead and had its directory deleted under it.
     """
     for root in parent.glob(f"{_ROOT_PREFIX}*"):
         pid_file = root / "data" / "postmaster.pid"
         try:
-            pid = int(pid_file.read_text().split("\n", 1)[0])
+            pid = abs(int(pid_file.read_text().split("\n", 1)[0]))
         except (OSError, ValueError):
             continue
         if _process_gone(pid):

@@ -150,6 +150,21 @@ def test_server_dies_with_the_process_that_started_it(tmp_path: Path) -> None:
         subprocess.run(["rm", "-rf", str(base)], check=False)
 
 
+def test_a_cluster_mid_initdb_is_not_swept_by_another_start() -> None:
+    """initdb's standalone backends write their pid negated into postmaster.pid; a second
+    start sweeping leftovers must read that as the live process it is, not a dead one."""
+    base = Path("/tmp") / f"outbox-pg-initdb-{os.getpid()}"
+    mid_initdb = base / "outbox-pg-mid-initdb"
+    (mid_initdb / "data").mkdir(parents=True)
+    (mid_initdb / "data" / "postmaster.pid").write_text(f"-{os.getpid()}\n")
+    try:
+        with LocalPostgres(base_dir=base) as again:
+            assert again.running
+            assert mid_initdb.is_dir(), "a live standalone backend's cluster was swept"
+    finally:
+        subprocess.run(["rm", "-rf", str(base)], check=False)
+
+
 def test_a_bad_binaries_dir_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "initdb").write_text("#!/bin/sh\nexit 0\n")
     (tmp_path / "initdb").chmod(0o755)
