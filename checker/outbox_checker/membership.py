@@ -21,9 +21,12 @@ join that librdkafka then repeats. And a static member whose session timed out
 is fenced by its own rejoin, fatally (librdkafka 2.x, confluentinc/librdkafka#3437):
 a three-node chaos run saw four such fences in 47 s, one per node fault, and the
 relay took itself for a twin and stopped. Such a fence follows the consumer's
-session timeout (:class:`SessionLog`) and is not counted; a twin's fence comes
-while the session is alive. A
-replica with a random id stays a dynamic member, which leaves its group when
+session timeout (:class:`SessionLog`), 0 to 19 s later in another run, and the
+consumer does nothing useful meanwhile: so a static member whose session timed
+out joins again with a fresh consumer at once (:meth:`GroupMember.rejoin_after_session_timeout`),
+which joined in under a second in those runs, and a fence before its next
+assignment is its own, not counted; a twin's fence comes while the session is
+alive. A replica with a random id stays a dynamic member, which leaves its group when
 it closes: a static member does not, and one that never returns would hold its
 partitions for a session.
 
@@ -61,8 +64,6 @@ log = logging.getLogger(__name__)
 
 FENCES_LIMIT = 4
 FENCES_WINDOW_SECONDS = 60.0
-SELF_FENCE_SECONDS = 5.0
-"""A fence this soon after the consumer's own session timed out is its own rejoin's."""
 ASSIGNMENT_STRATEGY = "range"
 """Eager: assignments are whole (:class:`Consumer.assign`, ``unassign``), never incremental."""
 JOIN_STALL_SECONDS = 30.0
@@ -170,6 +171,9 @@ class GroupMember:
         self._clock = clock
         self._revoked_at: float | None = None
         """When the group last took this member's partitions, until it gives it some again."""
+        self._session_lost = False
+        """Its session timed out and the group has not given it partitions since: a fence
+        meanwhile is its own rejoin's (or its replaced consumer's), not a twin's."""
         self._consumer, self._session_log = self._join()
 
     @property
@@ -188,6 +192,7 @@ class GroupMember:
     def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if consumer is self._consumer:  # not a replaced consumer's last word
             self._revoked_at = None
+            self._session_lost = False
             self._on_assign(consumer, partitions)
 
     def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -201,6 +206,26 @@ class GroupMember:
         self._revoked_at = None
         self._on_rejoin()
         close_in_background(old)
+
+    def rejoin_after_session_timeout(self) -> bool:
+        """:meth:`rejoin` at once when this static member's consumer lost its session.
+
+        librdkafka's own rejoin of a static member after a session timeout ends in a fatal
+        fence of its own making (confluentinc/librdkafka#3437): in a three-node chaos run
+        4 of 5 session timeouts did, 0 to 19 s later, and the consumer held no partitions
+        meanwhile; the fresh consumer made after each fence joined within a second. A
+        dynamic member's rejoin has no such fault and is left to librdkafka. Call it after
+        each poll: the timeout is heard in the consumer's log, which a poll serves."""
+        if self._instance is None or not self._session_log.timed_out:
+            return False
+        log.warning(
+            "%s lost its session in %s: joining again with a fresh one",
+            self._role,
+            self._group_label,
+        )
+        self.rejoin()
+        self._session_lost = True
+        return True
 
     def rejoin_if_stalled(self) -> bool:
         """:meth:`rejoin` when the group took this member's partitions and has given it
@@ -232,11 +257,13 @@ class GroupMember:
         """Whether ``error`` was the group's to deal with, and is dealt with: a fence of this
         static member (it joined again, :meth:`rejoin`) or a refused join (waited out).
         Raises DuplicateInstanceError when another replica has this one's id."""
+        own = self._session_lost or self._session_log.timed_out
         fenced = must_rejoin(
-            error, self._instance, self._session_log, self._fences, self._role, self._group_label
+            error, self._instance, own, self._fences, self._role, self._group_label
         )
         if fenced:
             self.rejoin()
+            self._session_lost = own  # the fresh consumer's fence may still be the old one's
             return True
         return self.refusals.explains(error)
 
@@ -244,17 +271,17 @@ class GroupMember:
 def must_rejoin(
     error: KafkaError,
     instance: str | None,
-    session_log: SessionLog,
+    own: bool,
     fences: Fences,
     role: str,
     group: str,
 ) -> bool:
     """Whether ``error`` fenced this static member, which must join again with a fresh
-    consumer (said in one warning naming ``role``). Fenced too often when its own session
-    had not timed out, another replica has its id: DuplicateInstanceError."""
+    consumer (said in one warning naming ``role``). ``own``: its session timed out and it
+    has had no assignment since, so the fence is its own rejoin's. Fenced too often
+    otherwise, another replica has its id: DuplicateInstanceError."""
     if instance is None or not is_instance_fenced(error):
         return False
-    own = session_log.timed_out_lately()  # its own rejoin's fence: no twin
     if not own and fences.too_many():
         raise DuplicateInstanceError(instance, group)
     log.warning(
@@ -268,28 +295,22 @@ def must_rejoin(
 
 class SessionLog(logging.Logger):
     """One group consumer's librdkafka log lines, passed on to the client's logger (else
-    ``outbox.kafka``), noting when the consumer's session timed out (``SESSTMOUT``).
+    ``outbox.kafka``), noting whether the consumer's session timed out (``SESSTMOUT``).
 
     confluent-kafka calls ``log(level, "%s [%s] %s", facility, client, message)``.
     """
 
-    def __init__(
-        self, forward: logging.Logger | None = None, clock: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, forward: logging.Logger | None = None) -> None:
         self._forward = forward or logging.getLogger(KAFKA_LOGGER_NAME)
         super().__init__(self._forward.name)
-        self._clock = clock
-        self.timed_out_at: float | None = None
+        self.timed_out = False
+        """Whether this consumer's group session timed out (its static membership is then
+        lost to its own rejoin: :meth:`GroupMember.rejoin_after_session_timeout`)."""
 
     def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
         if args and args[0] == "SESSTMOUT":
-            self.timed_out_at = self._clock()
+            self.timed_out = True
         self._forward.log(level, msg, *args, **kwargs)
-
-    def timed_out_lately(self) -> bool:
-        """Whether the session timed out within :data:`SELF_FENCE_SECONDS`."""
-        at = self.timed_out_at
-        return at is not None and self._clock() - at <= SELF_FENCE_SECONDS
 
 
 def is_instance_fenced(error: KafkaError) -> bool:

@@ -112,13 +112,14 @@ class HalfOwnership:
     def poll(self, timeout: float) -> None:
         """Serve rebalances (and keep the group session alive).
 
-        A member stuck joining, or a static member fenced by its own rejoin, gets a fresh
-        consumer; fenced too often, another replica has its id (DuplicateInstanceError).
+        A member stuck joining, or a static member that lost its session or was fenced by
+        its own rejoin, gets a fresh consumer; fenced too often, another replica has its id
+        (DuplicateInstanceError).
         A refusal by the authoriser ends the replica: without its group or the half topic
         it would wait for partitions forever.
         """
         message = self.consumer.poll(timeout)
-        if self._member.rejoin_if_stalled():
+        if self._member.rejoin_after_session_timeout() or self._member.rejoin_if_stalled():
             return
         error = message.error() if message is not None else None
         if error is None or self._member.handled(error):

@@ -299,6 +299,8 @@ class Relay:
         if self._partitions.aside:
             self._partitions.resume()
         first = self._partitions.consumer.poll(timeout)
+        if self._partitions.rejoin_after_session_timeout():
+            return BatchReport()  # what it read is the group's again, read anew from its offsets
         if first is None:
             self._idle(time.monotonic())
             self._publish_lag()

@@ -192,6 +192,11 @@ class OpPartitions:
         consumer.unassign()  # eager: everything goes back
         log.info("stopped relaying op partitions %s", sorted(released))
 
+    def rejoin_after_session_timeout(self) -> bool:
+        """A fresh consumer at once if this static member's session timed out (see
+        :meth:`GroupMember.rejoin_after_session_timeout`); whether it was replaced."""
+        return self._member.rejoin_after_session_timeout()
+
     def replace_consumer(self) -> None:
         """Join the group again with a fresh consumer; it resumes from the committed offsets."""
         self._member.rejoin()

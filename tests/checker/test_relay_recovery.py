@@ -20,7 +20,6 @@ from outbox.protocol import OpRecord, RealRecord, Resolution
 from outbox_checker.membership import (
     FENCES_LIMIT,
     FENCES_WINDOW_SECONDS,
-    SELF_FENCE_SECONDS,
     Fences,
     SessionLog,
     group_consumer_config,
@@ -169,8 +168,8 @@ def test_a_passed_through_session_timeout_wins_over_the_default():
 def test_a_consumer_whose_session_timed_out_is_known_for_it(own_kafka_broker):
     """librdkafka fences a static member by its own rejoin once its session timed out (the
     coordinator frozen or killed, the group moved): a three-node chaos run counted four such
-    fences in 47 s, took the replica for a twin and stopped its relay. The fence that follows
-    a session timeout is told apart by the timeout librdkafka logs (``SESSTMOUT``)."""
+    fences in 47 s, took the replica for a twin and stopped its relay. The session timeout is
+    told by the line librdkafka logs for it (``SESSTMOUT``)."""
     client = kafka_client_config(own_kafka_broker.bootstrap_servers)
     admin = AdminClient(client)
     admin.create_topics([NewTopic("t", 1, 1)])["t"].result(30)
@@ -181,26 +180,25 @@ def test_a_consumer_whose_session_timed_out_is_known_for_it(own_kafka_broker):
     consumer.subscribe(["t"])
     try:
         wait_for(lambda: consumer.poll(0.2) is None and bool(consumer.assignment()), 60, "joined")
-        assert not session.timed_out_lately()
+        assert not session.timed_out
         own_kafka_broker.freeze()
         try:
-            wait_for(lambda: consumer.poll(0.2) is None and session.timed_out_lately(), 15)
+            wait_for(lambda: consumer.poll(0.2) is None and session.timed_out, 15)
         finally:
             own_kafka_broker.thaw()
     finally:
         consumer.close()
 
 
-def test_a_session_timeout_is_forgotten_after_a_while():
-    now = [0.0]
+def test_the_session_log_passes_every_line_on_and_notes_only_the_timeout():
     forwarded = []
 
     class Keep(logging.Logger):
         def log(self, level, msg, *args, **kwargs):
             forwarded.append(args[0])
 
-    session = SessionLog(Keep("k"), lambda: now[0])
+    session = SessionLog(Keep("k"))
+    session.log(logging.INFO, "%s [%s] %s", "FAIL", "rdkafka#consumer-1", "disconnected")
+    assert not session.timed_out
     session.log(logging.WARNING, "%s [%s] %s", "SESSTMOUT", "rdkafka#consumer-1", "timed out")
-    assert session.timed_out_lately() and forwarded == ["SESSTMOUT"]
-    now[0] += SELF_FENCE_SECONDS + 1
-    assert not session.timed_out_lately()
+    assert session.timed_out and forwarded == ["FAIL", "SESSTMOUT"]
