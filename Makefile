@@ -80,13 +80,13 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-# Two pytest workers (pytest-xdist), a test file per worker at a time, the longest
+# Three pytest workers (pytest-xdist), a test file per worker at a time, the longest
 # measured files first (tests/scheduling.py): most tests wait on brokers, sessions and
-# timers. Two take 26-31 min from a fresh clone on this 2-core machine; three took
-# 18.9-24.7 min (2026-12-01/02), but 4 of 7 such runs failed a test of real timing
-# under that load (each a latent defect, fixed once found), so three are not the
-# default yet: `make test TEST_WORKERS=3`. TEST_WORKERS=0 runs them in this process.
-TEST_WORKERS ?= 2
+# timers, so three beat two on this 2-core machine: 22.6 min from a fresh clone against
+# 26-31 min for two (2026-12-02). Under that load four earlier three-worker runs failed a
+# test of real timing, each on a latent defect, fixed once found.
+# `make test TEST_WORKERS=2` for a busier machine; TEST_WORKERS=0 runs them in this process.
+TEST_WORKERS ?= 3
 test: kafka-jars spark-jars lint
 	$(BIN)/pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
