@@ -10,12 +10,13 @@ line naming the transaction and the cause, and publishes nothing.
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 import threading
 
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from outbox.config import KafkaSettings
@@ -189,3 +190,34 @@ def test_an_op_naming_another_transactions_half_leaves_nothing_to_publish(
     ((label, why),) = outcome.refused
     assert label == "committed" and "nothing of the committed one to publish" in why
     assert published(t) == []
+
+
+def test_a_resume_answers_once_its_published_record_is_visible(
+    outbox_topics: OutboxTopics, kafka_admin: AdminClient, unpublishable: str
+):
+    """``commit_transaction`` returns once the coordinator decided; the markers that make the
+    records readable reach the partitions a moment later, or later still behind another
+    transaction open there (a relay's). A suite run read the real topic right after four
+    concurrent resumes, one of which had published, and found nothing. A resume answers
+    once a ``read_committed`` reader sees what it published."""
+    t = outbox_topics
+    raise_limit(t, kafka_admin)
+    ahead = Producer(
+        {
+            **t.client_config,
+            "transactional.id": f"{t.names.prefix}.ahead",
+            "logger": logging.getLogger("tests.ahead"),
+        }
+    )
+    ahead.init_transactions(30)
+    ahead.begin_transaction()
+    for partition in (0, 1):  # whichever partition the record's key goes to
+        ahead.produce(t.real_topic, b"ahead", partition=partition)
+    assert ahead.flush(30) == 0
+    commit_ahead = threading.Timer(3.0, ahead.commit_transaction)
+    commit_ahead.start()
+    outcome = resume(t, unpublishable)
+    commit_ahead.join()
+    assert [r.transaction_id for r in outcome.resumed] == [unpublishable]
+    visible = [raw for raw in t.read(t.real_topic) if raw.value == VALUE]
+    assert [RealRecord.from_record(raw).transaction_id for raw in visible] == [unpublishable]
