@@ -83,7 +83,7 @@ lint: install
 # Three pytest workers (pytest-xdist), a test file per worker at a time, the longest
 # measured files first (tests/scheduling.py): most tests wait on brokers, sessions and
 # timers, so three beat two on this 2-core machine: 18.4-22.6 min from a fresh clone in
-# four runs against 26-31 min for two (2026-12-02). Under that load five three-worker runs
+# four runs against 26-31 min for two (2026-12-02). Under that load six three-worker runs
 # failed a test of real timing, each on a latent defect, fixed once found.
 # `make test TEST_WORKERS=2` for a busier machine; TEST_WORKERS=0 runs them in this process.
 TEST_WORKERS ?= 3
