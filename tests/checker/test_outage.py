@@ -163,15 +163,18 @@ def test_a_group_consumer_stuck_joining_gets_a_fresh_one(own_kafka_broker, caplo
     assert any("has had no partitions for" in r.getMessage() for r in caplog.records)
 
 
-def test_static_members_that_lost_their_session_join_again_with_fresh_consumers_at_once(
+def test_a_static_relay_consumer_that_lost_its_session_is_replaced_at_once(
     own_kafka_broker, caplog
 ):
     """librdkafka's own rejoin of a static member after a session timeout ends in a fence
     of its own making (confluentinc/librdkafka#3437): in a three-node chaos run 4 of 5
     session timeouts did, 0 to 19 s later, with no partitions held meanwhile. The relay's
-    and the rounds' consumers are replaced as soon as the timeout is heard (the relay's
-    while the broker is still frozen), and the fresh ones take the partitions after the
-    thaw: publication and checks go on, each commit published once."""
+    consumer is replaced as soon as the timeout is heard, while the broker is still frozen,
+    and the fresh one takes the partitions after the thaw: publication and checks go on,
+    each commit published once. (The rounds' consumer goes the same way, through the same
+    ``GroupMember``, when its own timeout is heard between rounds; whether its session
+    times out before the thaw, or the broker ends it after, is a race, so it is not
+    asserted here.)"""
     prefix = f"lost{uuid.uuid4().hex[:6]}"
     with (
         caplog.at_level("WARNING", logger="outbox_checker.membership"),
@@ -184,10 +187,8 @@ def test_static_members_that_lost_their_session_join_again_with_fresh_consumers_
         relay = checker.relay
         warm = commit_in_every_partition(topics, "warm")
         wait_for(lambda: warm <= published(topics), 90, "the relay to publish")
-        relay_consumer, rounds_consumer = relay.op_partitions.consumer, checker.ownership.consumer
+        relay_consumer = relay.op_partitions.consumer
         with own_kafka_broker.frozen():
-            # The relay polls its consumer between batches; the rounds' loop may be inside a
-            # round's read, so its consumer is heard (and replaced) once that read returns.
             wait_for(
                 lambda: relay.op_partitions.consumer is not relay_consumer,
                 30,
@@ -196,9 +197,8 @@ def test_static_members_that_lost_their_session_join_again_with_fresh_consumers_
         after = commit_in_every_partition(topics, "after")
         wait_for(lambda: after <= published(topics), 90, "publication by the fresh consumer")
         _wait_for_check_of_half_written_now(topics)
-    assert checker.ownership.consumer is not rounds_consumer
     lost = [r.getMessage() for r in caplog.records if "lost its session" in r.getMessage()]
-    assert {m.split(" lost")[0] for m in lost} == {"relay consumer", "group consumer"}, lost
+    assert any(m.startswith("relay consumer lost its session") for m in lost), lost
     copies = Counter(
         RealRecord.from_record(r).transaction_id for r in topics.read(topics.real_topic)
     )
