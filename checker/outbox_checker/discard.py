@@ -443,16 +443,24 @@ def _wait_until_settled(client_config: dict[str, Any], topic: str, timeout: floa
         raise TopicAdminError(f"topic {topic} does not exist: run `outbox topics create`")
     partitions = sorted(described.partitions)
     stored = end_offsets(admin, topic, partitions, IsolationLevel.READ_UNCOMMITTED, timeout)
-    deadline = time.monotonic() + timeout
+    if not _stable_reaches(admin, topic, stored, time.monotonic() + timeout, timeout):
+        raise KafkaUnavailableError(
+            f"a Kafka transaction open on {topic} did not end within {timeout:g}s; "
+            "the resume cannot read every resume marker: run it again later"
+        )
+
+
+def _stable_reaches(
+    admin: AdminClient, topic: str, ends: dict[int, int], deadline: float, timeout: float
+) -> bool:
+    """Wait until ``topic``'s read_committed end offset is at least ``ends[p]`` on each
+    partition ``p``; False if ``deadline`` (monotonic) passed first."""
     while True:
-        stable = end_offsets(admin, topic, partitions, IsolationLevel.READ_COMMITTED, timeout)
-        if all(stable[p] >= end for p, end in stored.items()):
-            return
+        stable = end_offsets(admin, topic, list(ends), IsolationLevel.READ_COMMITTED, timeout)
+        if all(stable[p] >= end for p, end in ends.items()):
+            return True
         if time.monotonic() > deadline:
-            raise KafkaUnavailableError(
-                f"a Kafka transaction open on {topic} did not end within {timeout:g}s; "
-                "the resume cannot read every resume marker: run it again later"
-            )
+            return False
         time.sleep(SETTLE_PAUSE)
 
 
@@ -467,30 +475,24 @@ def _wait_visible(
     after a resume had published and found nothing. Past ``timeout`` the record is still
     committed and will show: said in a warning, not raised."""
     wanted: dict[str, dict[int, int]] = {}
+    """Per topic and partition, the end offset past the last record published there."""
     for place in published:
         if place is not None:
-            partitions = wanted.setdefault(place.topic, {})
-            partitions[place.partition] = max(partitions.get(place.partition, -1), place.offset)
+            ends = wanted.setdefault(place.topic, {})
+            ends[place.partition] = max(ends.get(place.partition, 0), place.offset + 1)
     if not wanted:
         return
     admin = AdminClient(client_config)
     deadline = time.monotonic() + timeout
-    for topic, offsets in wanted.items():
-        while True:
-            stable = end_offsets(
-                admin, topic, list(offsets), IsolationLevel.READ_COMMITTED, timeout
+    for topic, ends in wanted.items():
+        if not _stable_reaches(admin, topic, ends, deadline, timeout):
+            log.warning(
+                "the records published to %s are committed but not yet visible to"
+                " read_committed readers after %gs (a transaction open ahead of them)",
+                topic,
+                timeout,
             )
-            if all(stable[p] > offset for p, offset in offsets.items()):
-                break
-            if time.monotonic() > deadline:
-                log.warning(
-                    "the records published to %s are committed but not yet visible to"
-                    " read_committed readers after %gs (a transaction open ahead of them)",
-                    topic,
-                    timeout,
-                )
-                return
-            time.sleep(SETTLE_PAUSE)
+            return
 
 
 def _half_partitions(producer: Producer, topics: TopicNames, timeout: float) -> int:
