@@ -103,7 +103,7 @@ from outbox.reading import read_topic
 from outbox.size_limits import SizeLimits
 from outbox.topic_catalog import TopicCatalog
 from outbox_checker.errors import ResumeFencedError
-from outbox_checker.kafka_reader import end_offsets
+from outbox_checker.kafka_reader import SETTLE_PAUSE, end_offsets
 from outbox_checker.names import resume_history_group, resume_transactional_id
 from outbox_checker.publishable import real_record_problem
 from outbox_checker.transactional import remember_offset, transactional_config
@@ -120,8 +120,6 @@ RESUME_TRANSACTION_TIMEOUT_MS = 60_000
 """librdkafka's default ``transaction.timeout.ms``, which a resume has always had."""
 CLOCK_MARGIN_MS = 60_000
 """How far the clocks of a half's writer and of its decisions' writers may disagree."""
-SETTLE_PAUSE = 0.1
-"""Between readings of the discard topic's last stable offset while a transaction holds it."""
 _MISMATCH_DETAIL = "which belongs to transaction"
 """In the detail of an unpublishable discard an older relay wrote with another transaction's
 half (an op naming a half that was not its own): never publishable as the committed one."""

@@ -33,6 +33,8 @@ from outbox_checker.silence import close_in_background, partitions_behind
 log = logging.getLogger(__name__)
 
 _BATCH = 500
+SETTLE_PAUSE = 0.1
+"""Between two looks at whether a partition's open Kafka transactions have ended."""
 _SLICE = 0.02
 _SHORT_LOOK = 0.1
 
@@ -322,6 +324,23 @@ class KafkaPartitionReader:
                 return
             yield from batch
             offset = batch[-1].offset + 1
+
+    def settled_halves(self, start: int, pause: float = SETTLE_PAUSE) -> Iterator[HalfEntry]:
+        """:meth:`halves` from ``start``, once every Kafka transaction open on the half
+        partition now has ended: a ``read_committed`` read stops at the first open one, so
+        without the wait a half another writer's transaction holds would look unwritten.
+
+        Raises :class:`KafkaUnavailableError` if one is still open after the timeout."""
+        stored = self.half_end()
+        deadline = time.monotonic() + self._timeout
+        while self._end_offset(self._topics.half, IsolationLevel.READ_COMMITTED) < stored:
+            if time.monotonic() > deadline:
+                raise KafkaUnavailableError(
+                    f"a Kafka transaction open on {self._topics.half}[{self._partition}] did"
+                    f" not end within {self._timeout:g}s"
+                )
+            time.sleep(pause)
+        return self.halves(start)
 
     def ops_settled(self) -> bool:
         """The op partition's last stable offset is its high watermark."""

@@ -271,6 +271,13 @@ class RoundWriter:
             # coordinator it lost, past its timeout, until the watchdog abandons the chunk;
             # a copy already written would hold the half partition's last stable offset
             # all that time, and the relay (reading committed) publish nothing behind it.
+            # It is also why a zombie is fenced: a chunk holds records only once the group
+            # coordinator took its offsets under a generation still current. A replica
+            # frozen before that is refused them when it resumes (stale generation) and
+            # aborts; one frozen after it keeps the partition's offsets unstable, and the
+            # new owner's checkpoint load (OffsetFetch of a read_committed consumer, KIP-447)
+            # waits until this transaction ends before it reads or writes the partition
+            # (the parked drain in outbox_checker.rounds waits so too).
             progress.sending_offsets_since = time.monotonic()
             producer.send_offsets_to_transaction([checkpoint], group_metadata, self._timeout)
             progress.sending_offsets_since = None

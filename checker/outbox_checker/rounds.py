@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -31,6 +31,7 @@ from outbox_checker import metrics
 from outbox_checker.check_topics import CheckTopics
 from outbox_checker.checkpoints import Checkpoint, CheckpointLoader
 from outbox_checker.ended import EndedTransactions
+from outbox_checker.entries import HalfEntry
 from outbox_checker.errors import FencedError
 from outbox_checker.kafka_reader import KafkaPartitionReader, TopicCursor, half_cursor
 from outbox_checker.names import round_transactional_id
@@ -291,11 +292,30 @@ class Rounds:
             self._drain.drain(
                 partition,
                 lambda p=partition: self._checkpoints.watermarks(self._topics.half, p)[1],
-                self._reader(partition).halves,
+                lambda start, p=partition: self._settled_halves(p, start),
                 self._write_drained,
             )
             for partition in self._drain.waiting(self._ownership.partitions())
         ]
+
+    def _settled_halves(self, partition: int, start: int) -> Iterator[HalfEntry]:
+        """The halves of ``partition`` from ``start``, as Kafka has settled them: what the
+        drain decides is written already, and so does not write again.
+
+        A replica frozen mid-drain (or mid-chunk) and resumed after its partition moved
+        here may still commit the Kafka transaction it had open: its offsets went to the
+        group coordinator before its first record (:meth:`RoundWriter.start`), while its
+        generation was current. Loading the checkpoint asks for the partition's offsets
+        as a ``read_committed`` group consumer does, which Kafka answers only once no
+        transaction holding an offset commit of the partition is open (KIP-447: a
+        zombie's transaction ends, committed or aborted, before this returns); the
+        halves are then read once every transaction open on the partition has ended.
+        A zombie whose offsets were not sent yet is refused them (stale generation)
+        and aborts. Either way the halves read here are all that will ever be
+        committed of the zombie's drain.
+        """
+        self._checkpoint(partition)
+        return self._reader(partition).settled_halves(start)
 
     def _write_drained(self, partition: int, halves: list[HalfRecord]) -> list[tuple[str, int]]:
         checkpoint = self._checkpoint(partition)
