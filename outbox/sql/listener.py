@@ -403,15 +403,23 @@ class TransactionLogListener(Generic[_Factory, _Business]):
     ) -> Any:
         """This half's row; it may take over the ROLLBACK row of another half of its id.
 
-        Not its own: a check-back answered ROLLBACK for this very half. A
+        Not its own: a check-back answered ROLLBACK for this very half (a parked send's
+        half is the checker's to write, so every ROLLBACK row is another's). A
         committed row is refused by the database (IntegrityError), as ever.
         Returns the insert's row with ``returning`` after the transaction id, or None
         where the database returns none.
         """
         table = self._table
         values = _row(message, self.group, self._clock(), rolled_back=False)
-        if message.half_partition is None or message.half_offset is None:
-            taken_over_when: sa.ColumnElement[bool] = sa.false()  # no half to tell apart
+        taken_over_when: sa.ColumnElement[bool]
+        if message.parked_half is not None:
+            # A parked send: its event is published from this row, as a half the checker
+            # writes, of which no check-back has asked. A ROLLBACK row of the id is another
+            # half's (an earlier attempt's, or the send's own, stored after it gave up on it:
+            # neither is ever published), taken over as an acknowledged half takes it over.
+            taken_over_when = table.c.rolled_back
+        elif message.half_partition is None or message.half_offset is None:
+            taken_over_when = sa.false()  # no half to tell apart
         else:  # a row of no half (NULL) compares as unknown: not taken over either
             taken_over_when = sa.and_(
                 table.c.rolled_back,
