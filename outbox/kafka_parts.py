@@ -29,9 +29,17 @@ from outbox.errors import (
 )
 from outbox.protocol import TopicNames
 from outbox.seams import SendingCore, SendParts
+from outbox.send_flow import half_timeout
 from outbox.settings import ProducerSettings
 from outbox.size_limits import SizeLimits
 from outbox.topic_catalog import TopicCatalog
+
+
+PARKING_LOOKUP_SECONDS = 1.0
+"""The least a parking producer waits for a topic's facts (the first send to a topic).
+
+A cluster that answers tells them in milliseconds, so a park deadline below that (a
+race a test sets up) still learns them; a frozen one parks such a send after this."""
 
 
 class KafkaParts:
@@ -62,7 +70,10 @@ class KafkaParts:
             half_partitions = _inspect_topics(admin, core.topics, core.group, timeout)
         except NotAuthorizedError as exc:
             raise exc.by(settings.principal) from None
-        catalog = TopicCatalog(admin, timeout, settings.principal)
+        lookup_timeout = timeout
+        if settings.park_when_unavailable:  # a lookup Kafka does not answer: the send parks
+            lookup_timeout = min(timeout, max(half_timeout(settings), PARKING_LOOKUP_SECONDS))
+        catalog = TopicCatalog(admin, lookup_timeout, settings.principal)
         limits = SizeLimits(catalog, client_config)
         try:
             self._writer = AckedWriter(client_config)

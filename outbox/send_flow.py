@@ -35,8 +35,10 @@ from outbox.acked_writer import wait_acknowledged
 from outbox.check_answers import CheckAnswers
 from outbox.end_flow import EndFlow, as_state
 from outbox.errors import (
+    ConnectionSecurityError,
     HalfWriteError,
     InvalidMessageError,
+    KafkaUnavailableError,
     ProducerClosedError,
     ProducerNotStartedError,
 )
@@ -307,20 +309,31 @@ class SendCore:
         # its local transaction, and nothing else.
         parts = self.parts
         assert parts is not None
-        real: TopicFacts | None = parts.catalog.known(half.real_topic)
-        if real is None:
-            real = yield TopicLookup(half.real_topic)
-        if half.real_partition is not None and half.real_partition >= real.partitions:
-            raise InvalidMessageError(
-                f"message partition {half.real_partition} does not exist: topic "
-                f"{half.real_topic!r} has {real.partitions} partitions"
-            )
         half_partition = half_partition_for(half.key, transaction_id, parts.half_partitions)
+        real: TopicFacts | None = parts.catalog.known(half.real_topic)
         record: OutgoingRecord
-        if parts.limits.knows_half(half):
-            record = parts.limits.fitting_half_record(half, self.topics, half_partition)
-        else:
-            record = yield FittingHalf(half, half_partition)
+        try:
+            if real is None:
+                real = yield TopicLookup(half.real_topic)
+            if half.real_partition is not None and half.real_partition >= real.partitions:
+                raise InvalidMessageError(
+                    f"message partition {half.real_partition} does not exist: topic "
+                    f"{half.real_topic!r} has {real.partitions} partitions"
+                )
+            if parts.limits.knows_half(half):
+                record = parts.limits.fitting_half_record(half, self.topics, half_partition)
+            else:
+                record = yield FittingHalf(half, half_partition)
+        except KafkaUnavailableError as exc:
+            if not self.settings.park_when_unavailable or isinstance(exc, ConnectionSecurityError):
+                raise
+            # Kafka did not tell the topic's facts in time: the send parks with what is
+            # known, and the relay checks the record (topic, partition, size) when it
+            # publishes it, as it checks every committed event.
+            record = parts.limits.parked_half_record(half, self.topics, half_partition)
+            return (
+                yield from self._parked_steps(message, half, half_partition, record, arg, exc, span)
+            )
         try:
             _, half_offset = yield Write.within(record, HalfWriteError, self._half_timeout)
         except HalfWriteError as exc:
@@ -378,10 +391,11 @@ class SendCore:
         half_partition: int,
         record: OutgoingRecord,
         arg: Any,
-        why: HalfWriteError,
+        why: HalfWriteError | KafkaUnavailableError,
         span: Any,
     ) -> Flow[TransactionSendResult]:
-        """The send of a half Kafka did not acknowledge in time: parked in the log row.
+        """The send of a half Kafka did not acknowledge in time (or whose topic it did not
+        tell in time, the half then never handed to the client): parked in the log row.
 
         The local transaction runs with the half on its message; the SQL listener keeps
         it in the row it commits, and the checker publishes it from there (a half of its
@@ -390,7 +404,7 @@ class SendCore:
         answers ROLLBACK (the row is parked), so only the checker's copy is published.
         """
         log.warning(
-            "half not acknowledged in time; parking the event in the transaction log "
+            "Kafka did not answer in time; parking the event in the transaction log "
             "transaction_id=%s why=%s",
             half.transaction_id,
             why,

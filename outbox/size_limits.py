@@ -57,17 +57,30 @@ class SizeLimits:
                 self._topic_bytes[topic] = None
         return self._topic_bytes[topic]
 
+    def known_topic_bytes(self, topic: str) -> int | None:
+        """The topic's ``max.message.bytes`` if looked up already; None otherwise. Never waits."""
+        if topic in self._topic_bytes:
+            return self._topic_bytes[topic]
+        facts = self._catalog.known(topic)
+        return None if facts is None else facts.max_message_bytes
+
     def knows_half(self, half: HalfRecord) -> bool:
         """Whether :meth:`fitting_half_record` can check ``half`` without waiting."""
         return (half.real_topic, half.producer_group) in self._smallest
 
     def problem(
-        self, what: str, record: OutgoingRecord, *, by_this_client: bool = True
+        self,
+        what: str,
+        record: OutgoingRecord,
+        *,
+        by_this_client: bool = True,
+        known_only: bool = False,
     ) -> str | None:
         """Why ``record`` (described as ``what``) cannot be written; None when it can.
 
         ``by_this_client=False`` for a record another client will write: the
-        checker's producers, whose own limit is above any topic's.
+        checker's producers, whose own limit is above any topic's. ``known_only``:
+        only the limits known without asking the cluster.
         """
         size = record_size(record)
         if by_this_client and size > self.client_bytes:
@@ -75,7 +88,7 @@ class SizeLimits:
                 f"its {what} would be about {size} bytes, over the client's message.max.bytes"
                 f" of {self.client_bytes} (a Kafka client property)"
             )
-        topic_limit = self.topic_bytes(record.topic)
+        topic_limit = (self.known_topic_bytes if known_only else self.topic_bytes)(record.topic)
         if topic_limit is not None and size > topic_limit:
             return (
                 f"its {what} would be about {size} bytes, over the max.message.bytes of"
@@ -109,11 +122,29 @@ class SizeLimits:
             smallest = self._smallest[key] = min(limits)
         if record_size(half_record) + GROWTH_BYTES <= smallest:
             return half_record  # the usual case: far from every limit
+        self._refuse_if_too_large(half, topics, half_partition, known_only=False)
+        return half_record
+
+    def parked_half_record(
+        self, half: HalfRecord, topics: TopicNames, half_partition: int
+    ) -> OutgoingRecord:
+        """The half's record for a send that parks before Kafka told its topics' limits.
+
+        Refused only over a limit known without Kafka: the client's own, and those of
+        topics looked up before. The relay checks the real record against its topic when
+        it publishes it, and discards it with the reason if it does not fit, as it does
+        any committed event it cannot write.
+        """
+        self._refuse_if_too_large(half, topics, half_partition, known_only=True)
+        return half.to_record(topics, half_partition)
+
+    def _refuse_if_too_large(
+        self, half: HalfRecord, topics: TopicNames, half_partition: int, *, known_only: bool
+    ) -> None:
         problems = (
-            self.problem(what, record, by_this_client=what == "half record")
+            self.problem(what, record, by_this_client=what == "half record", known_only=known_only)
             for what, record in records_a_half_becomes(half, topics, half_partition)
         )
         problem = next(filter(None, problems), None)
         if problem is not None:
             raise MessageTooLargeError(f"message is too large: {problem}")
-        return half_record

@@ -83,6 +83,10 @@ class TopicCatalog:
             return int(entries["max.message.bytes"].value)
         except KafkaException as exc:
             raise_if_configs_refused(topic, exc, self._principal)
+        except TimeoutError:
+            raise KafkaUnavailableError(
+                f"cannot read the configs of topic {topic!r}: no answer within {self._timeout:g}s"
+            ) from None
         except (KeyError, ValueError):
             pass
         return _DEFAULT_MAX_MESSAGE_BYTES

@@ -19,9 +19,12 @@ from sqlalchemy.orm import Session
 
 from outbox import EndStatus, LocalTransactionState, Message, SendStatus, TransactionProducer
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
-from outbox.protocol import TopicNames
+from outbox.errors import MessageTooLargeError
+from outbox.protocol import DiscardReason, RealRecord, TopicNames
 from outbox.sql.log import transaction_log_table
+from outbox_checker.discard import read_discards
 from tests.checker.support import SkewedClock, wait_for
+from tests.fixtures.kafka import set_topic_config
 from tests.producer.conftest import OutboxTopics
 from tests.sql.conftest import GROUP, Database, database_on
 from tests.sql.test_parked import checker_for, parking, publish_parked, published
@@ -39,13 +42,12 @@ class EndLost:
         raise AssertionError("a dead service answers nothing")  # pragma: no cover
 
 
-def own_topics(broker: Any, name: str) -> OutboxTopics:
+def own_topics(broker: Any, name: str, *more: str) -> OutboxTopics:
+    """The outbox topics of prefix ``name``, its real topic, and the ``more`` real topics."""
     names = TopicNames(name)
     topics = OutboxTopics(broker.bootstrap_servers, names, f"{name}-events")
-    ensure_topics(
-        AdminClient(topics.client_config),
-        [*plan_topics(names, 3, 1, (GROUP,)), TopicSpec(topics.real_topic, 1, 1)],
-    )
+    real = [TopicSpec(topic, 1, 1) for topic in (topics.real_topic, *more)]
+    ensure_topics(AdminClient(topics.client_config), [*plan_topics(names, 3, 1, (GROUP,)), *real])
     return topics
 
 
@@ -144,3 +146,76 @@ def _joined(database: Database, producer: Any, topics: OutboxTopics, txid: str) 
         return txn.result
 
     return loop.run(send())
+
+
+def test_the_first_send_to_a_topic_parks_and_is_checked_when_published(
+    own_kafka_broker: Any, sqlite_url: str
+):
+    """With the broker frozen, sends to topics the producer has not sent to yet park as
+    sends to a known one do: the event to a topic that exists is published once; the one
+    over its topic's limit, and the one to a topic that does not exist, are discarded by
+    the relay as unpublishable, with the reason, as any committed event it cannot write.
+    Only what the producer can tell without Kafka (its client's own limit) is refused."""
+    databases = database_on(sqlite_url, "sync")
+    database = next(databases)
+    fresh, small = "parknew-fresh", "parknew-small"
+    topics = own_topics(own_kafka_broker, "parknew", fresh, small)
+    set_topic_config(AdminClient(topics.client_config), small, "max.message.bytes", "2000")
+    producer = database.producer(database.listener(), parking(topics, 0.5)).start()
+    try:
+        warm = producer.send_message_in_transaction(
+            Message(topics.real_topic, b"warm"), {"id": "warm"}
+        )
+        with own_kafka_broker.frozen():
+            sends = {
+                "fresh": Message(fresh, b"{}"),
+                "small": Message(small, b"x" * 5000),
+                "missing": Message("parknew-no-such-topic", b"{}"),
+            }
+            results = {
+                name: producer.send_message_in_transaction(message, {"id": name})
+                for name, message in sends.items()
+            }
+            with pytest.raises(MessageTooLargeError, match=r"message\.max\.bytes"):
+                producer.send_message_in_transaction(
+                    Message(fresh, b"x" * 1_100_000), {"id": "huge"}
+                )
+    finally:
+        producer.shutdown()
+    try:
+        for result in results.values():
+            assert (result.send_status, result.end_status) == (
+                SendStatus.PARKED,
+                EndStatus.PARKED,
+            ), result
+        assert set(database.order_rows()) == {"warm", "fresh", "small", "missing"}
+
+        clock = SkewedClock(120)
+        with checker_for(database, topics, clock) as checker:
+            publish_parked(checker, clock, topics, expected=1)  # the warm-up's
+            wait_for(
+                lambda: (
+                    len(read_discards(topics.client_config, topics.names)) >= 2
+                    and bool(topics.read(fresh))
+                ),
+                what="the parked sends published or discarded",
+            )
+        assert [e.transaction_id for e in published(topics)] == [warm.transaction_id]
+        assert [RealRecord.from_record(r).transaction_id for r in topics.read(fresh)] == [
+            results["fresh"].transaction_id
+        ]
+        assert topics.read(small) == []
+        discarded = {
+            d.half.transaction_id: d.record
+            for d in read_discards(topics.client_config, topics.names)
+            if d.half is not None and d.record is not None
+        }
+        assert set(discarded) == {
+            results["small"].transaction_id,
+            results["missing"].transaction_id,
+        }
+        assert {d.reason for d in discarded.values()} == {DiscardReason.UNPUBLISHABLE}
+        assert "max.message.bytes" in (discarded[results["small"].transaction_id].detail or "")
+        assert "does not exist" in (discarded[results["missing"].transaction_id].detail or "")
+    finally:
+        databases.close()
