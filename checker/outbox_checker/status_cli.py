@@ -14,6 +14,7 @@ import typer
 from rich.table import Table
 
 from outbox.config import KafkaSettings, renamed_variable
+from outbox.errors import ConnectionSecurityError, KafkaUnavailableError
 from outbox.sql.log import DEFAULT_TABLE
 from outbox_checker.display import format_age
 from outbox_checker.names import default_checker_group
@@ -165,6 +166,15 @@ def show_parked(parked: ParkedSummary) -> None:
     make_console().print(line, highlight=False)
 
 
+def kafka_away_note(bootstrap: str, parked: ParkedSummary, error: KafkaUnavailableError) -> str:
+    """What ``status --db`` says when Kafka does not answer: the parked sends are read from
+    the log, the checkpoints and pending halves from Kafka."""
+    return (
+        f"Kafka at {bootstrap} did not answer, so the checkpoints and pending halves cannot"
+        f" be shown; the transaction log holds {parked.rows:,} parked send(s) ({error})"
+    )
+
+
 def status_document(status: CheckerStatus) -> dict[str, Any]:
     """``outbox status --output json``: every figure of the table, as numbers."""
     return {
@@ -210,8 +220,17 @@ def status(
         parked = read_parked(db, table=db_table, schema=db_schema, now=time.time())
         if output is not OutputFormat.JSON:
             show_parked(parked)
-    with admin_session(settings):
-        result = read_status(settings, checker_group, scan_limit=scan_limit)
+    try:
+        with admin_session(settings):
+            result = read_status(settings, checker_group, scan_limit=scan_limit)
+    except ConnectionSecurityError:
+        raise
+    except KafkaUnavailableError as exc:
+        if parked is None:
+            raise
+        raise KafkaUnavailableError(
+            kafka_away_note(settings.bootstrap_servers, parked, exc)
+        ) from None
     if output is OutputFormat.JSON:
         document = status_document(result)
         if parked is not None:

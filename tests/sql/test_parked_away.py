@@ -24,6 +24,7 @@ from outbox.protocol import DiscardReason, RealRecord, TopicNames
 from outbox.sql.log import transaction_log_table
 from outbox_checker.discard import read_discards
 from tests.checker.support import SkewedClock, wait_for
+from tests.checker.test_status import outbox
 from tests.fixtures.kafka import set_topic_config
 from tests.producer.conftest import OutboxTopics
 from tests.sql.conftest import GROUP, Database, database_on
@@ -219,3 +220,36 @@ def test_the_first_send_to_a_topic_parks_and_is_checked_when_published(
         assert "does not exist" in (discarded[results["missing"].transaction_id].detail or "")
     finally:
         databases.close()
+
+
+def test_status_shows_the_parked_sends_and_says_kafka_did_not_answer(
+    own_kafka_broker: Any, sqlite_url: str
+):
+    """``outbox status --db`` while the broker is frozen: the parked line, then one error
+    line saying Kafka did not answer, and exit code 1 (as any error the outbox raises)."""
+    databases = database_on(sqlite_url, "sync")
+    database = next(databases)
+    try:
+        topics = own_topics(own_kafka_broker, "parkstatus")
+        producer = database.producer(database.listener(), parking(topics, 0.5)).start()
+        where = [
+            "--bootstrap-servers", topics.bootstrap, "--topic-prefix", topics.names.prefix,
+            "--db", database.url, "--db-table", database.target.table,
+        ]  # fmt: skip
+        try:
+            with own_kafka_broker.frozen():
+                parked = producer.send_message_in_transaction(
+                    Message(topics.real_topic, b"{}"), {"id": "o-1"}
+                )
+                assert parked.send_status is SendStatus.PARKED
+                shown = outbox("status", *where)
+        finally:
+            producer.shutdown()
+    finally:
+        databases.close()
+    assert shown.returncode == 1, (shown.stdout, shown.stderr)
+    assert "parked in the transaction log: 1 send(s) waiting to be published" in shown.stdout
+    errors = [line for line in shown.stderr.splitlines() if line.strip()]
+    assert len(errors) == 1, shown.stderr
+    assert errors[0].startswith("outbox: error: ")
+    assert "Kafka" in errors[0] and "did not answer" in errors[0], errors[0]
