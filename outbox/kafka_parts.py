@@ -34,7 +34,6 @@ from outbox.settings import ProducerSettings
 from outbox.size_limits import SizeLimits
 from outbox.topic_catalog import TopicCatalog
 
-
 PARKING_LOOKUP_SECONDS = 1.0
 """The least a parking producer waits for a topic's facts (the first send to a topic).
 
