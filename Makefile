@@ -87,8 +87,11 @@ lint: install
 # failed a test of real timing, each on a latent defect, fixed once found.
 # `make test TEST_WORKERS=2` for a busier machine; TEST_WORKERS=0 runs them in this process.
 TEST_WORKERS ?= 3
+# Run in a TMPDIR of its own (outbox_devtools/leftovers.py): a process or directory the
+# suite leaves behind is named and fails the run.
 test: kafka-jars spark-jars lint
-	$(BIN)/pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+	$(BIN)/python -m outbox_devtools.leftovers -- \
+		$(BIN)/pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 # The suite as `make test` runs it, writing each file's measured time to
 # tests/file_durations.json (the scheduler's order); refresh it when a file's time moves.

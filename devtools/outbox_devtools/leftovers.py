@@ -1,0 +1,102 @@
+"""What a run left behind: run a command in a temporary directory of its own, then look.
+
+``python -m outbox_devtools.leftovers -- pytest ...`` runs the command with ``TMPDIR`` set
+to a fresh directory, so every broker's, database's and Spark cluster's directory that
+the run makes (``tempfile`` everywhere) lands there, and so do its children's. When the
+command ends, whatever is still running from that directory (a process whose command
+line or working directory names it) and whatever is still in it (but pytest's own
+``tmp_path`` roots, which pytest keeps on purpose) was left behind: each is named, the
+processes are killed, the directory is removed, and the exit status is 1 even if the
+command passed. A machine whose disk fills fails every later command, so a run that
+leaks must fail where the leak is made, not three runs later.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+KEPT_ON_PURPOSE = ("pytest-of-",)
+"""Entries a run may leave: pytest keeps its last three ``tmp_path`` roots for a reader."""
+
+
+@dataclass(frozen=True)
+class Leftovers:
+    processes: list[tuple[int, str]]
+    """(pid, command line) of each process still running from the run's directory."""
+    entries: list[Path]
+    """What is still in the run's directory."""
+
+    def __bool__(self) -> bool:
+        return bool(self.processes or self.entries)
+
+
+def find_leftovers(root: Path, *, exclude_pids: frozenset[int] = frozenset()) -> Leftovers:
+    """The processes running from ``root`` and the entries left in it."""
+    needle = str(root)
+    processes = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) in exclude_pids:
+            continue
+        try:
+            command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cwd = os.readlink(proc / "cwd")
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        if needle in command or cwd == needle or cwd.startswith(needle + os.sep):
+            processes.append((int(proc.name), command.strip()))
+    entries = sorted(
+        entry for entry in root.iterdir() if not entry.name.startswith(KEPT_ON_PURPOSE)
+    )
+    return Leftovers(sorted(processes), entries)
+
+
+def run_contained(command: list[str]) -> int:
+    """Run ``command`` with a ``TMPDIR`` of its own; its exit status, or 1 if it left
+    anything behind (named on standard error, then cleaned up)."""
+    root = Path(tempfile.mkdtemp(prefix="outbox-run-"))
+    try:
+        status = subprocess.call(command, env={**os.environ, "TMPDIR": str(root)})
+        found = find_leftovers(root, exclude_pids=frozenset({os.getpid()}))
+        if found:
+            _report(root, found)
+            for pid, _ in found.processes:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            return status or 1
+        return status
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _report(root: Path, found: Leftovers) -> None:
+    lines = [f"the run left things behind in {root} (cleaned up now):"]
+    lines += [f"  process {pid}: {command[:200]}" for pid, command in found.processes]
+    lines += [f"  left in place: {entry.name}" for entry in found.entries]
+    print("\n".join(lines), file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m outbox_devtools.leftovers",
+        description="Run a command in a temporary directory of its own and fail if it"
+        " leaves a process running or a file there.",
+    )
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("no command given: python -m outbox_devtools.leftovers -- COMMAND")
+    return run_contained(command)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
