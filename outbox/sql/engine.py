@@ -28,8 +28,21 @@ EXAMPLE_URLS = "sqlite:///outbox.db or postgresql+psycopg://USER:PASSWORD@HOST:5
 CONNECT_TIMEOUT_SECONDS = 10
 """libpq's default is to wait forever on a host that drops packets."""
 
-# The project ships psycopg 3; a bare postgresql:// would mean psycopg2.
-_DRIVER_ALIASES = {"postgresql": "postgresql+psycopg", "postgres": "postgresql+psycopg"}
+# The project ships psycopg 3; a bare postgresql:// would mean psycopg2. Its mysql
+# extra ships PyMySQL; a bare mysql:// or mariadb:// would mean mysqlclient.
+_DRIVER_ALIASES = {
+    "postgresql": "postgresql+psycopg",
+    "postgres": "postgresql+psycopg",
+    "mysql": "mysql+pymysql",
+    "mariadb": "mariadb+pymysql",
+}
+# An asyncio engine's driver for a sync URL's: aiomysql is PyMySQL's asyncio side.
+_ASYNC_DRIVERS = {
+    "sqlite": "sqlite+aiosqlite",
+    "sqlite+pysqlite": "sqlite+aiosqlite",
+    "mysql+pymysql": "mysql+aiomysql",
+    "mariadb+pymysql": "mariadb+aiomysql",
+}
 
 
 def parse_url(url: str | URL) -> URL:
@@ -75,13 +88,14 @@ def create_async_engine(url: str | URL, **kwargs: Any) -> AsyncEngine:
 
     The same URL as :func:`create_engine` serves: ``sqlite://`` means
     aiosqlite, ``postgresql://`` psycopg 3, whose async side SQLAlchemy picks
-    for an asyncio engine; errors as :func:`create_engine`'s.
+    for an asyncio engine, ``mysql://`` (PyMySQL) aiomysql; errors as
+    :func:`create_engine`'s.
     """
     from sqlalchemy.ext.asyncio import create_async_engine as sa_create_async_engine
 
     parsed = parse_url(url)
-    if parsed.drivername in ("sqlite", "sqlite+pysqlite"):
-        parsed = parsed.set(drivername="sqlite+aiosqlite")
+    if parsed.drivername in _ASYNC_DRIVERS:
+        parsed = parsed.set(drivername=_ASYNC_DRIVERS[parsed.drivername])
     with _driver_errors(parsed):
         return sa_create_async_engine(parsed, **_engine_options(parsed, kwargs))
 
@@ -105,7 +119,8 @@ def _driver_errors(parsed: URL) -> Iterator[None]:
     except ImportError as exc:
         raise ConfigurationError(
             f"the driver for {parsed.drivername!r} is not installed ({exc}); for PostgreSQL "
-            "install kafka-outbox[postgres] and use postgresql+psycopg://; for asyncio "
+            "install kafka-outbox[postgres] and use postgresql+psycopg://; for MySQL or "
+            "MariaDB kafka-outbox[mysql] and mysql+pymysql://; for asyncio "
             "install kafka-outbox[async]"
         ) from None
 

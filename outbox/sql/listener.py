@@ -62,6 +62,7 @@ from outbox.sql.errors import (
 from outbox.sql.joined import JoinedSession
 from outbox.sql.log import (
     DEFAULT_TABLE,
+    MYSQL_DIALECTS,
     REVISION_0002_COLUMNS,
     REVISION_0004_COLUMNS,
     LogTarget,
@@ -72,8 +73,6 @@ from outbox.sql.log import (
     table_exists,
     transaction_log_table,
     upsert,
-    upserted,
-    upserted_row,
     utc_from_timestamp,
 )
 
@@ -129,29 +128,36 @@ class TransactionLogRule:
         row for the half, in ``group``), so that a local transaction still
         committing either shows its row to this check or is refused its own.
         """
-        transaction_id = message.transaction_id
-        try:
-            verdict = _verdict(
-                session.execute(self._lookup, {"id": transaction_id}).first(), message
-            )
-            if verdict is not None:
-                return verdict
-            if rollback_answered(session, self._answers, message):
-                return ROLLBACK
-            if message.born_ms is None:
-                log.warning("checked message has no born_ms; answering UNKNOW")
-                return UNKNOW
-            if self._clock() - message.born_ms / 1000 < self.grace_seconds:
-                return UNKNOW
-            verdict = _verdict(self._record_rollback(session, message, group), message)
-        except Exception as exc:
-            _rollback_quietly(session)
-            log.warning(
-                "transaction log lookup failed; answering UNKNOW transaction_id=%s error=%r",
-                transaction_id,
-                explain_database_error(exc, _probe_sessions(session), self._target),
-            )
+        for attempt in range(1, _CHECK_ATTEMPTS + 1):
+            try:
+                return self._answer(session, message, group)
+            except Exception as exc:
+                _rollback_quietly(session)
+                if attempt < _CHECK_ATTEMPTS and _transaction_aborted(exc):
+                    # The server ended the victim's transaction whole: ask afresh.
+                    log.debug("check-back deadlocked; asking again: %r", exc)
+                    continue
+                log.warning(
+                    "transaction log lookup failed; answering UNKNOW transaction_id=%s error=%r",
+                    message.transaction_id,
+                    explain_database_error(exc, _probe_sessions(session), self._target),
+                )
+        return UNKNOW
+
+    def _answer(self, session: Session, message: Message, group: str) -> LocalTransactionState:
+        verdict = _verdict(
+            session.execute(self._lookup, {"id": message.transaction_id}).first(), message
+        )
+        if verdict is not None:
+            return verdict
+        if rollback_answered(session, self._answers, message):
+            return ROLLBACK
+        if message.born_ms is None:
+            log.warning("checked message has no born_ms; answering UNKNOW")
             return UNKNOW
+        if self._clock() - message.born_ms / 1000 < self.grace_seconds:
+            return UNKNOW
+        verdict = _verdict(self._record_rollback(session, message, group), message)
         return UNKNOW if verdict is None else verdict
 
     def _record_rollback(self, session: Session, message: Message, group: str) -> Any:
@@ -164,7 +170,7 @@ class TransactionLogRule:
         now = self._clock()
         values = _row(message, group, now, rolled_back=True)
         dialect = session.get_bind().dialect.name
-        wrote = upserted(session.execute(upsert(table, dialect, values, table.c.rolled_back)))
+        wrote = upsert(session.execute, table, dialect, values, table.c.rolled_back) is not False
         if wrote and message.half_partition is not None and message.half_offset is not None:
             answer = {key: values[key] for key in _ANSWER_COLUMNS}
             if not rollback_answered(session, self._answers, message):
@@ -182,18 +188,24 @@ _ANSWER_COLUMNS = (
 )
 
 
-def rollback_answered(session: Session, answers: sa.Table, message: Message) -> bool:
-    """Whether a check-back answered ROLLBACK for the half ``message`` names."""
+def rollback_answered(
+    session: Session, answers: sa.Table, message: Message, *, latest: bool = False
+) -> bool:
+    """Whether a check-back answered ROLLBACK for the half ``message`` names.
+
+    ``latest``: a locking read (``FOR SHARE``), of what is committed now rather than
+    of the transaction's snapshot; a check answering the half meanwhile waits for it.
+    """
     if message.half_partition is None or message.half_offset is None:
         return False  # a message of no half: the log row alone answers, by id
-    found = session.execute(
-        sa.select(answers.c.transaction_id).where(
-            answers.c.transaction_id == message.transaction_id,
-            answers.c.half_partition == message.half_partition,
-            answers.c.half_offset == message.half_offset,
-        )
-    ).first()
-    return found is not None
+    query = sa.select(answers.c.transaction_id).where(
+        answers.c.transaction_id == message.transaction_id,
+        answers.c.half_partition == message.half_partition,
+        answers.c.half_offset == message.half_offset,
+    )
+    if latest:
+        query = query.with_for_update(read=True)
+    return session.execute(query).first() is not None
 
 
 def lookup_statement(table: sa.Table) -> sa.Select[Any]:
@@ -429,15 +441,17 @@ class TransactionLogListener(Generic[_Factory, _Business]):
                 ),
             )
         dialect = session.get_bind().dialect.name
-        written = upserted_row(
-            session.execute(upsert(table, dialect, values, taken_over_when, returning))
-        )
+        written = upsert(session.execute, table, dialect, values, taken_over_when, returning)
+        # MySQL's REPEATABLE READ answers plain reads from the transaction's first snapshot,
+        # maybe taken by the business function before a check wrote: read what is committed.
+        latest = dialect in MYSQL_DIALECTS
         if written is not False:
             # Read after the row is ours: a check of this half answering now waits for it.
-            if rollback_answered(session, self._answers, message):
+            if rollback_answered(session, self._answers, message, latest=latest):
                 raise _answered_rollback(message)
             return None if written is True else written
-        row = session.execute(self._lookup, {"id": message.transaction_id}).first()
+        lookup = self._lookup.with_for_update(read=True) if latest else self._lookup
+        row = session.execute(lookup, {"id": message.transaction_id}).first()
         if row is not None and row.rolled_back:
             raise _answered_rollback(message)
         session.execute(sa.insert(table).values(values))  # the id is committed: refused
@@ -567,6 +581,21 @@ def explain_database_error(
 def _probe_sessions(session: Session) -> Callable[[], Session]:
     """New sessions on ``session``'s database: a failed session may be unusable for a probe."""
     return partial(Session, session.get_bind())
+
+
+_CHECK_ATTEMPTS = 3
+"""A check-back that concurrent checks of its half deadlocked is asked again, this often.
+
+On MySQL a refused duplicate key leaves a shared lock on the row; two checks holding
+one and both updating deadlock, and InnoDB rolls one back whole. Nothing was read."""
+
+
+def _transaction_aborted(exc: Exception) -> bool:
+    """A deadlock or serialization failure (SQLSTATE class 40): the server ended the whole
+    transaction and the connection is fine, so the same question may be asked again."""
+    if not isinstance(exc, DBAPIError) or exc.connection_invalidated:
+        return False
+    return (getattr(exc.orig, "sqlstate", None) or "").startswith("40")
 
 
 def _rollback_quietly(session: Session) -> None:

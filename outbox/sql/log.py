@@ -28,9 +28,9 @@ from functools import lru_cache
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from outbox.errors import ConfigurationError
 from outbox.protocol.records import MAX_TRANSACTION_ID_LENGTH
@@ -49,6 +49,9 @@ MIN_PRUNE_AGE = timedelta(hours=1)
 for an old half answers ROLLBACK, even if the transaction had committed."""
 
 DEFAULT_PRUNE_BATCH = 1000
+
+MYSQL_DIALECTS = ("mysql", "mariadb")
+"""SQLAlchemy's names for MySQL and MariaDB (``mysql+pymysql://`` to MariaDB is ``mysql``)."""
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -119,7 +122,7 @@ def log_metadata(table: str = DEFAULT_TABLE, schema: str | None = None) -> sa.Me
         sa.Column("half_offset", sa.BigInteger(), nullable=True),
         sa.Column("rolled_back", sa.Boolean(), nullable=False, server_default=sa.false()),
         # A parked send's half, until the checker drains it (revision 0004).
-        sa.Column("parked_half", sa.LargeBinary(), nullable=True),
+        sa.Column("parked_half", _PARKED_HALF, nullable=True),
         sa.Column("drain_from_offset", sa.BigInteger(), nullable=True),
         sa.PrimaryKeyConstraint("transaction_id", name=f"{target.table}_pkey"),
         sa.Index(f"ix_{target.table}_created_at", "created_at"),
@@ -150,12 +153,16 @@ def log_metadata(table: str = DEFAULT_TABLE, schema: str | None = None) -> sa.Me
     return metadata
 
 
+_LOG_TIME = sa.DateTime(timezone=True).with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
+"""On MySQL ``DATETIME(6)`` (revision 0005): a plain ``DATETIME`` keeps whole seconds."""
+
+_PARKED_HALF = sa.LargeBinary().with_variant(mysql.LONGBLOB(), "mysql", "mariadb")
+"""On MySQL ``LONGBLOB`` (revision 0005): a ``BLOB`` holds 64 KiB, less than a record."""
+
+
 def _created_at() -> sa.Column[datetime]:
     return sa.Column(
-        "created_at",
-        sa.DateTime(timezone=True),
-        nullable=False,
-        server_default=sa.func.current_timestamp(),
+        "created_at", _LOG_TIME, nullable=False, server_default=sa.func.current_timestamp()
     )
 
 
@@ -173,29 +180,42 @@ def _table_of(metadata: sa.MetaData, name: str, schema: str | None) -> sa.Table:
     return metadata.tables[f"{schema}.{name}" if schema else name]
 
 
+Execute = Callable[[sa.Executable], sa.CursorResult[Any]]
+"""``Session.execute`` or ``Connection.execute``: what :func:`upsert` runs its statements on."""
+
+_MYSQL_DUPLICATE_KEY = 1062
+"""MySQL's ``ER_DUP_ENTRY``, the one IntegrityError :func:`upsert` settles itself."""
+
+
 def upsert(
+    execute: Execute,
     table: sa.Table,
     dialect: str,
     values: dict[str, object],
     taken_over_when: sa.ColumnElement[bool],
     returning: Sequence[sa.ColumnElement[Any]] = (),
-) -> sa.Executable:
+) -> sa.Row[Any] | bool:
     """Insert ``values``; on the same transaction id, overwrite the row only ``taken_over_when``.
 
-    Whether it wrote is :func:`upserted` of its result; a row it wrote returns the
-    transaction id and ``returning`` (where the database returns rows).
-    The conflict is settled by the primary key, so on PostgreSQL a writer waits
-    for another one's row still uncommitted and then sees it. Other databases
-    get a plain insert, which a present row refuses.
+    False: not written. Written: the row of the transaction id and ``returning``
+    where the database returns rows, else True. The conflict is settled by the
+    primary key, so a writer waits for another one's row still uncommitted and then
+    sees it: PostgreSQL and SQLite in one ``ON CONFLICT`` statement; MySQL by an
+    insert whose duplicate-key refusal (InnoDB waits for the other row's transaction
+    first) is followed by an update of the committed row ``taken_over_when``. Other
+    databases get a plain insert, which a present row refuses.
     """
     statement: Any
     if dialect == "postgresql":
         statement = postgresql.insert(table)
     elif dialect == "sqlite":
         statement = sqlite.insert(table)
+    elif dialect in MYSQL_DIALECTS:
+        return _mysql_upsert(execute, table, values, taken_over_when)
     else:
-        return sa.insert(table).values(values)
-    return (
+        execute(sa.insert(table).values(values))
+        return True
+    statement = (
         statement.values(values)
         .on_conflict_do_update(
             index_elements=[table.c.transaction_id],
@@ -204,19 +224,33 @@ def upsert(
         )
         .returning(table.c.transaction_id, *returning)
     )
-
-
-def upserted(result: sa.CursorResult[Any]) -> bool:
-    """Whether :func:`upsert` wrote its row (a driver's rowcount cannot always tell)."""
-    return upserted_row(result) is not False
-
-
-def upserted_row(result: sa.CursorResult[Any]) -> sa.Row[Any] | bool:
-    """The row :func:`upsert` returned; True where it wrote and returns none; False: not written."""
-    if not result.returns_rows:
-        return True
-    row = result.first()
+    row = execute(statement).first()
     return False if row is None else row
+
+
+def _mysql_upsert(
+    execute: Execute,
+    table: sa.Table,
+    values: dict[str, object],
+    taken_over_when: sa.ColumnElement[bool],
+) -> bool:
+    """MySQL's upsert in two statements (``ON DUPLICATE KEY UPDATE`` assigns column by
+    column, each seeing the ones before it changed: one condition cannot guard them all).
+
+    A duplicate key fails only the statement in InnoDB, never the transaction.
+    """
+    try:
+        execute(sa.insert(table).values(values))
+        return True
+    except IntegrityError as exc:
+        if getattr(exc.orig, "args", (None,))[0] != _MYSQL_DUPLICATE_KEY:
+            raise
+    update = (
+        table.update()
+        .where(table.c.transaction_id == values["transaction_id"], taken_over_when)
+        .values({name: value for name, value in values.items() if name != "transaction_id"})
+    )
+    return bool(execute(update).rowcount)
 
 
 def utc_from_timestamp(seconds: float) -> datetime:
@@ -317,54 +351,67 @@ def prune_transaction_log(
     horizon = utc_from_timestamp(clock()) - older_than
     table = transaction_log_table(target.table, target.schema)
     # A parked row is kept, however old, until the checker has drained it to Kafka.
-    log_rows = _aged_out(
-        table, (table.c.transaction_id,), horizon, batch_size, table.c.parked_half.is_(None)
+    log_rows = _AgedOut(
+        table, (table.c.transaction_id,), horizon, batch_size, (table.c.parked_half.is_(None),)
     )
     with connect(engine) as connection:
         require_table(connection, target)
         answers = rollback_table(target.table, target.schema)
         has_answers = sa.inspect(connection).has_table(answers.name, schema=target.schema)
         connection.rollback()  # the inspection began a transaction; each batch begins its own
-        deleted, batches = _delete_in_batches(engine, connection, log_rows, batch_size)
+        deleted, batches = _delete_in_batches(engine, connection, log_rows)
         answers_deleted = 0
         if has_answers:  # (a table at revision 0002 has none yet)
             key = (answers.c.transaction_id, answers.c.half_partition, answers.c.half_offset)
-            answer_rows = _aged_out(answers, key, horizon, batch_size)
-            answers_deleted, _ = _delete_in_batches(engine, connection, answer_rows, batch_size)
+            answer_rows = _AgedOut(answers, key, horizon, batch_size)
+            answers_deleted, _ = _delete_in_batches(engine, connection, answer_rows)
         return PruneResult(deleted, batches, horizon, answers_deleted)
 
 
-def _delete_in_batches(
-    engine: Engine, connection: Connection, delete: sa.Delete, batch_size: int
-) -> tuple[int, int]:
-    """Run ``delete`` (one batch) until a batch finds fewer rows: (rows deleted, batches)."""
+def _delete_in_batches(engine: Engine, connection: Connection, rows: _AgedOut) -> tuple[int, int]:
+    """Delete a batch of ``rows`` until a batch finds fewer rows: (rows deleted, batches)."""
     deleted = batches = 0
     while True:
         try:
             with connection.begin():
-                count = connection.execute(delete).rowcount
+                count = rows.delete_batch(connection)
         except DBAPIError as exc:
             if exc.connection_invalidated:
                 raise unavailable(engine, exc) from None
             raise
         batches += 1
         deleted += count
-        if count < batch_size:
+        if count < rows.batch_size:
             return deleted, batches
 
 
-def _aged_out(
-    table: sa.Table,
-    key: tuple[sa.Column[Any], ...],
-    horizon: datetime,
-    batch_size: int,
-    *also: sa.ColumnElement[bool],
-) -> sa.Delete:
-    """Delete up to ``batch_size`` rows of ``table`` created before ``horizon`` (and ``also``)."""
-    batch = (
-        sa.select(*key)
-        .where(table.c.created_at < horizon, *also)
-        .limit(batch_size)
-        .with_for_update(skip_locked=True)
-    )
-    return table.delete().where(sa.tuple_(*key).in_(batch))
+@dataclass(frozen=True)
+class _AgedOut:
+    """The rows of ``table`` created before ``horizon`` (and ``also``), ``batch_size`` a batch."""
+
+    table: sa.Table
+    key: tuple[sa.Column[Any], ...]
+    horizon: datetime
+    batch_size: int
+    also: tuple[sa.ColumnElement[bool], ...] = ()
+
+    def delete_batch(self, connection: Connection) -> int:
+        """Delete one batch in the caller's transaction, skipping rows another pruner locked.
+
+        MySQL takes no LIMIT in an IN subquery, nor a subquery of the table it deletes
+        from: there the batch's keys are locked first, then deleted by value.
+        """
+        batch = (
+            sa.select(*self.key)
+            .where(self.table.c.created_at < self.horizon, *self.also)
+            .limit(self.batch_size)
+            .with_for_update(skip_locked=True)
+        )
+        keys: Any = batch
+        if connection.dialect.name in MYSQL_DIALECTS:
+            keys = [tuple(row) for row in connection.execute(batch)]
+            if not keys:
+                return 0
+        return connection.execute(
+            self.table.delete().where(sa.tuple_(*self.key).in_(keys))
+        ).rowcount

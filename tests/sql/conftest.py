@@ -154,10 +154,16 @@ def unique_name(kind: str) -> str:
     return f"t{uuid.uuid4().hex[:10]}_{kind}"
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture(
+    params=[
+        "sqlite",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("mariadb", marks=pytest.mark.mariadb),
+    ]
+)
 def database_url(request: pytest.FixtureRequest) -> str:
-    """The same test on SQLite (the embedded default) and on a real PostgreSQL."""
-    return request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "postgres_url")
+    """The same test on SQLite (the embedded default), a real PostgreSQL and a real MariaDB."""
+    return request.getfixturevalue(f"{request.param}_url")
 
 
 @pytest.fixture(params=["sync", "async"])

@@ -117,6 +117,27 @@ def test_a_local_transaction_after_a_rollback_answer_is_refused_and_says_so(data
     assert checker.check_local_transaction(msg) is ROLLBACK  # and it stays so
 
 
+def test_a_rollback_answer_after_the_business_functions_first_read_is_seen(database: Database):
+    """MySQL's REPEATABLE READ answers a transaction's plain reads from its first snapshot:
+    a business function that read before the check answered ROLLBACK must still be told
+    the check's answer, not only be refused a duplicate key."""
+    now = time.time()
+    msg = message(born_ms=int(now * 1000))
+    msg = msg.__class__(**{**msg.__dict__, "half_partition": 0, "half_offset": 5})
+    checker = sync_checker(database, lambda: now + GRACE + 1)
+
+    def business(session, message_, arg):
+        session.execute(sa.select(database.orders)).all()  # the snapshot, on MySQL
+        assert checker.check_local_transaction(message_) is ROLLBACK
+        database.insert_order(session, message_, arg)
+
+    sender = database.listener(business, grace_seconds=GRACE, clock=lambda: now)
+    state, error = execute_as_send(sender, msg, {"id": "o-1"})
+    assert state is ROLLBACK
+    assert isinstance(error, LocalTransactionRolledBackByCheckError), error
+    assert database.order_rows() == {}
+
+
 def test_a_reused_key_may_commit_after_another_attempt_was_rolled_back(database: Database):
     """A rolled-back answer belongs to its half: a later attempt with the same key commits."""
     now = time.time()

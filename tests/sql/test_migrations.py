@@ -156,7 +156,13 @@ def test_cli_round_trip_with_a_custom_table(database_url):
         assert now.returncode == 0, now.stderr
         assert now.stdout.strip() == f"{table}: {head_revision()} (head)"
 
-        steps = ("at revision 0003", "at revision 0002", "at revision 0001", "none")
+        steps = (
+            "at revision 0004",
+            "at revision 0003",
+            "at revision 0002",
+            "at revision 0001",
+            "none",
+        )
         for step_back in steps:  # one step each
             down = outbox("db", "downgrade", "--table", table, env=env)
             assert down.returncode == 0, down.stderr
