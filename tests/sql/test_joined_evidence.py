@@ -32,7 +32,14 @@ from sqlalchemy.orm import Session, scoped_session, sessionmaker
 from outbox import EndStatus, TransactionProducer
 from outbox.protocol import Resolution
 from tests.producer.test_check_back import ops_of, wait_for
-from tests.sql.conftest import GROUP, Database, OutboxTopics, database_on
+from tests.sql.conftest import (
+    GROUP,
+    WITHOUT_MARIADB,
+    Database,
+    OutboxTopics,
+    database_on,
+    database_url_on,
+)
 from tests.sql.test_caller_transaction import (
     committed_and_published,
     decided,
@@ -43,6 +50,8 @@ from tests.sql.test_caller_transaction import (
 )
 
 pytestmark = pytest.mark.kafka
+# MariaDB: a joined transaction rolled back is UNKNOW there until InnoDB is read (issue 62).
+database_url = database_url_on(*WITHOUT_MARIADB)
 
 
 class Declined(Exception):
