@@ -36,8 +36,13 @@ its block ends costs the read-back's wait for the write lock (about a second, by
 design), where PostgreSQL answers at once."""
 
 
+SHARED_BACKENDS = ("sqlite", "mysql", "mariadb")
+"""MySQL runs SQLite's share too, to keep the suite's time: its joined rollbacks are left
+to the check-back until InnoDB's own evidence is read, so its sends cost a check-back."""
+
+
 def examples_for(backend: str) -> int:
-    return max(1, EXAMPLES // SQLITE_SHARE) if backend == "sqlite" else EXAMPLES
+    return max(1, EXAMPLES // SQLITE_SHARE) if backend in SHARED_BACKENDS else EXAMPLES
 
 
 @pytest.fixture
