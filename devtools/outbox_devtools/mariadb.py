@@ -236,6 +236,13 @@ class LocalMariaDB:
         env["LC_ALL"] = "C"
         return env
 
+    def _tmp_dir(self) -> Path:
+        """The server's temporary tables, in its own directory: servers sharing ``TMPDIR``
+        (one per suite worker) deleted each other's while ``mariadb-install-db`` ran."""
+        tmp = self._dir() / "tmp"
+        tmp.mkdir(exist_ok=True)
+        return tmp
+
     def _install_db(self, install_db: Path) -> None:
         root = self._dir()
         log_path = root / "install-db.log"
@@ -243,6 +250,7 @@ class LocalMariaDB:
             str(install_db),
             "--no-defaults",
             f"--datadir={root / 'data'}",
+            f"--tmpdir={self._tmp_dir()}",
             *self._user_args,
             "--auth-root-authentication-method=normal",
             "--skip-test-db",
@@ -268,6 +276,7 @@ class LocalMariaDB:
         root = self._dir()
         settings = {
             "datadir": str(root / "data"),
+            "tmpdir": str(self._tmp_dir()),
             "socket": str(self.socket_path),
             "pid-file": str(root / "mariadbd.pid"),
             "log-error": str(self.log_path),
