@@ -32,6 +32,15 @@ database cannot tell, the read failed)    same row later and decides
   lock within :data:`SQLITE_LOCK_WAIT_SECONDS` proves no write transaction is
   open, so the one that held the row has ended; the row is read again under
   that lock.
+- **MySQL and MariaDB (InnoDB)**: the row read by its key with a locking read
+  that does not wait (``FOR SHARE NOWAIT``; MariaDB: ``LOCK IN SHARE MODE
+  NOWAIT``), under READ COMMITTED so that a missing key takes no gap lock. The
+  row's insert (or its takeover of another half's ROLLBACK row) holds the
+  record's lock until its transaction ends, so a refused lock is an open holder
+  (UNKNOW), and a key without this half's row that the read could lock is a
+  holder that ended without it (ROLLBACK): a committed row of this half can
+  never be taken over, the insert only takes over ROLLBACK rows. It needs no
+  privilege beyond the log's own (SELECT, and UPDATE or DELETE on MySQL 8).
 - Other databases: a committed row is still evidence; its absence is not.
 """
 
@@ -46,6 +55,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import Session
 
 from outbox.message import LocalTransactionState, Message
+from outbox.sql.log import MYSQL_DIALECTS
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +71,10 @@ the row (a block that ended before its commit) costs this wait once.
 """
 
 _PG_XACT_STATUS = sa.text("SELECT pg_xact_status(CAST(:xid AS xid8))")
+
+_LOCK_REFUSED = frozenset({1205, 3572})
+"""InnoDB's answers to a NOWAIT read of a locked row: MariaDB's ER_LOCK_WAIT_TIMEOUT,
+MySQL's ER_LOCK_NOWAIT."""
 
 
 @dataclass(frozen=True)
@@ -109,6 +123,9 @@ def outcome_on(
         if connection.dialect.name == "postgresql":
             # Each read in a snapshot of its own, and no BEGIN and ROLLBACK round trips.
             connection.execution_options(isolation_level="AUTOCOMMIT")
+        elif connection.dialect.name in MYSQL_DIALECTS:
+            # A locking read of a missing key takes a gap lock under REPEATABLE READ.
+            connection.execution_options(isolation_level="READ COMMITTED")
         return _outcome(connection, holder, message, lookup)
     except Exception as exc:
         log.warning(
@@ -125,10 +142,12 @@ def outcome_on(
 def _outcome(
     connection: Connection, holder: RowHolder, message: Message, lookup: sa.Select[Any]
 ) -> LocalTransactionState:
+    dialect = connection.dialect.name
+    if dialect in MYSQL_DIALECTS:
+        return _innodb_outcome(connection, message, lookup)
     found = _found(connection, message, lookup)
     if found is not None:
         return found
-    dialect = connection.dialect.name
     if dialect == "postgresql" and holder.xid is not None:
         status = connection.execute(_PG_XACT_STATUS, {"xid": holder.xid}).scalar()
         return ROLLBACK if status == "aborted" else UNKNOW
@@ -147,6 +166,23 @@ def _found(
     row = connection.execute(lookup, {"id": message.transaction_id}).first()
     if row is None or not _names(row, message):
         return None  # (another half's row: this one's never committed past its key)
+    return ROLLBACK if row.rolled_back else COMMIT
+
+
+def _innodb_outcome(
+    connection: Connection, message: Message, lookup: sa.Select[Any]
+) -> LocalTransactionState:
+    """The row's lock says whether its holder is still open (see the module's table)."""
+    locking = lookup.with_for_update(read=True, nowait=True)
+    try:
+        row = connection.execute(locking, {"id": message.transaction_id}).first()
+    except sa.exc.OperationalError as exc:
+        if getattr(exc.orig, "args", (None,))[0] not in _LOCK_REFUSED:
+            raise
+        log.debug("log row still locked: its transaction is open %r", exc)
+        return UNKNOW
+    if row is None or not _names(row, message):
+        return ROLLBACK
     return ROLLBACK if row.rolled_back else COMMIT
 
 

@@ -176,8 +176,7 @@ database_url = database_url_on(*_BACKENDS)
 """The same test on SQLite (the embedded default), a real PostgreSQL and a real MariaDB."""
 
 WITHOUT_MARIADB = ("sqlite", "postgres")
-"""What the joined form's evidence of a rolled-back transaction stands on so far: on MySQL
-it is left UNKNOW until InnoDB's own evidence is read (issue 62's next part)."""
+"""Where parking and the ``--resolve-from-db`` drain are tested so far (not on MySQL yet)."""
 
 
 @pytest.fixture(params=["sync", "async"])

@@ -30,16 +30,12 @@ from tests.producer.conftest import ScriptedListener
 from tests.producer.test_check_back import ops_of, put_back_and_ask, wait_for
 from tests.sql.conftest import (
     GROUP,
-    WITHOUT_MARIADB,
     Database,
     OutboxTopics,
     backend_killed_at_commit,
-    database_url_on,
 )
 
 pytestmark = pytest.mark.kafka
-# MariaDB: a joined transaction rolled back is UNKNOW there until InnoDB is read (issue 62).
-database_url = database_url_on(*WITHOUT_MARIADB)
 postgres = pytest.mark.postgres
 
 COMMIT = LocalTransactionState.COMMIT_MESSAGE

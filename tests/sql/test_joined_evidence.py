@@ -3,7 +3,7 @@
 
 Each case is one a review found wrong when the decision came from SQLAlchemy's
 session events (a phantom where the database holds nothing, or a committed
-order never published), on SQLite and PostgreSQL, against a real broker and the
+order never published), on SQLite, PostgreSQL and MariaDB, against a real broker and the
 checker's relay:
 
 - A / E: a savepoint released, then the block raises (the outer transaction
@@ -15,7 +15,8 @@ checker's relay:
 - F: the block entered and left in two ``contextvars`` contexts (a FastAPI ``yield``
   dependency in a thread pool);
 - G: a ``scoped_session`` (Flask-SQLAlchemy's ``db.session``) and an
-  ``async_scoped_session``.
+  ``async_scoped_session``;
+- H: a retried id whose join took over an earlier attempt's ROLLBACK row, rolled back.
 """
 
 from __future__ import annotations
@@ -29,16 +30,14 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession, async_scoped_session, async_sessionmaker
 from sqlalchemy.orm import Session, scoped_session, sessionmaker
 
-from outbox import EndStatus, TransactionProducer
+from outbox import EndStatus, Message, TransactionProducer
 from outbox.protocol import Resolution
 from tests.producer.test_check_back import ops_of, wait_for
 from tests.sql.conftest import (
     GROUP,
-    WITHOUT_MARIADB,
     Database,
     OutboxTopics,
     database_on,
-    database_url_on,
 )
 from tests.sql.test_caller_transaction import (
     committed_and_published,
@@ -50,8 +49,6 @@ from tests.sql.test_caller_transaction import (
 )
 
 pytestmark = pytest.mark.kafka
-# MariaDB: a joined transaction rolled back is UNKNOW there until InnoDB is read (issue 62).
-database_url = database_url_on(*WITHOUT_MARIADB)
 
 
 class Declined(Exception):
@@ -174,6 +171,33 @@ def test_a_scoped_session_is_joined(db, outbox_topics, relay, producer):
         scoped.commit()
     scoped.remove()
     committed_and_published(db, outbox_topics, txn)
+
+
+def test_a_takeover_of_an_earlier_attempts_rollback_row_rolled_back_is_rolled_back(
+    db, outbox_topics, producer
+):
+    """H: a retried id. Attempt 1 was answered ROLLBACK by a check-back (its row names its
+    half); attempt 2's join takes that row over, then its transaction rolls back, so the
+    row names attempt 1's half again. Attempt 2 is decided ROLLBACK from what the database
+    holds (InnoDB: the row, no longer locked, is another half's), not left to a check-back."""
+    txid = "order-retried"
+    with producer.transaction(
+        Message(outbox_topics.real_topic, b"1", transaction_id=txid)
+    ) as first:
+        pass  # died before its join, as far as the log can tell
+    late = db.listener(clock=lambda: time.time() + 3600)  # the grace is over
+    assert late.check_local_transaction(first.message).name == "ROLLBACK_MESSAGE"
+    with pytest.raises(Declined):
+        with producer.transaction(
+            Message(outbox_topics.real_topic, b"2", transaction_id=txid)
+        ) as txn:
+            with Session(db.engine) as session, session.begin():
+                session.execute(order(db, txn))
+                txn.join(session)
+                raise Declined("card declined")
+    assert txn.result.local_transaction_state.name == "ROLLBACK_MESSAGE"
+    assert txn.result.end_status is EndStatus.ROLLED_BACK
+    assert db.order_rows() == {}
 
 
 # ------------------------------------------------------------------ asyncio
