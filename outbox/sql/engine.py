@@ -36,12 +36,13 @@ _DRIVER_ALIASES = {
     "mysql": "mysql+pymysql",
     "mariadb": "mariadb+pymysql",
 }
-# An asyncio engine's driver for a sync URL's: aiomysql is PyMySQL's asyncio side.
+# An asyncio engine's driver for a sync URL's. MySQL: asyncmy (aiomysql 0.3 sends no bytes
+# parameter with PyMySQL >= 1.2.3, aio-libs/aiomysql#1080, and the log's halves are bytes).
 _ASYNC_DRIVERS = {
     "sqlite": "sqlite+aiosqlite",
     "sqlite+pysqlite": "sqlite+aiosqlite",
-    "mysql+pymysql": "mysql+aiomysql",
-    "mariadb+pymysql": "mariadb+aiomysql",
+    "mysql+pymysql": "mysql+asyncmy",
+    "mariadb+pymysql": "mariadb+asyncmy",
 }
 
 
@@ -88,7 +89,7 @@ def create_async_engine(url: str | URL, **kwargs: Any) -> AsyncEngine:
 
     The same URL as :func:`create_engine` serves: ``sqlite://`` means
     aiosqlite, ``postgresql://`` psycopg 3, whose async side SQLAlchemy picks
-    for an asyncio engine, ``mysql://`` (PyMySQL) aiomysql; errors as
+    for an asyncio engine, ``mysql://`` (PyMySQL) asyncmy; errors as
     :func:`create_engine`'s.
     """
     from sqlalchemy.ext.asyncio import create_async_engine as sa_create_async_engine

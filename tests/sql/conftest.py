@@ -175,9 +175,6 @@ def database_url_on(*backends: str) -> Any:
 database_url = database_url_on(*_BACKENDS)
 """The same test on SQLite (the embedded default), a real PostgreSQL and a real MariaDB."""
 
-WITHOUT_MARIADB = ("sqlite", "postgres")
-"""Where parking and the ``--resolve-from-db`` drain are tested so far (not on MySQL yet)."""
-
 
 @pytest.fixture(params=["sync", "async"])
 def listener_kind(request: pytest.FixtureRequest) -> str:

@@ -30,11 +30,9 @@ from outbox_checker.service import Checker
 from tests.checker.support import SkewedClock, running_checker, wait_for
 from tests.checker.test_status import outbox
 from tests.producer.conftest import OutboxTopics
-from tests.sql.conftest import GROUP, WITHOUT_MARIADB, Database, database_on, database_url_on
+from tests.sql.conftest import GROUP, Database, database_on
 
 pytestmark = pytest.mark.kafka
-# MariaDB: the parked joined form answers from evidence still missing there (issue 62).
-database_url = database_url_on(*WITHOUT_MARIADB)
 
 INSTANT = 1e-6
 """A deadline no broker meets: every send parks, and its own half is stored just after."""
