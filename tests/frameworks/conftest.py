@@ -1,7 +1,7 @@
 """Fixtures for ``producer.transaction(...)`` inside web frameworks, as their users write it.
 
-Each module builds one app around one producer per database (SQLite, then
-PostgreSQL), and every request in it is a transaction of its own: the tests
+Each module builds one app around one producer per database (SQLite,
+PostgreSQL, MariaDB), and every request in it is a transaction of its own: the tests
 tell theirs apart by order id and transaction id, so the package shares one set
 of outbox topics and one relay (a relay joins its consumer group in seconds; a
 send takes milliseconds). What a test proves is read back from where a deployment
@@ -52,7 +52,12 @@ def framework_relay(framework_topics: OutboxTopics) -> Iterator[None]:
 
 
 @pytest.fixture(
-    scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+    scope="module",
+    params=[
+        "sqlite",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("mariadb", marks=pytest.mark.mariadb),
+    ],
 )
 def framework_database(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
@@ -60,13 +65,13 @@ def framework_database(
     """A log table made by the migrations and an ``orders`` table, per module and database.
 
     SQLite is a file (``:memory:`` is one database per connection, and the
-    frameworks open several); PostgreSQL is the session's server, with table
-    names of this module's own.
+    frameworks open several); PostgreSQL and MariaDB are the session's servers,
+    with table names of this module's own.
     """
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path_factory.mktemp('framework') / 'service.db'}"
     else:
-        url = request.getfixturevalue("postgres_url")
+        url = request.getfixturevalue(f"{request.param}_url")
     yield from database_on(url, "sync")
 
 
