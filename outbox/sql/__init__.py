@@ -32,6 +32,7 @@ _EXPORTS = {
     "MigrationError": "errors",
     "TransactionLogError": "errors",
     "TransactionLogMissingError": "errors",
+    "TransactionLogPrivilegeError": "errors",
     "JoinError": "errors",
     "DEFAULT_GRACE_SECONDS": "listener",
     "BusinessFunction": "listener",
@@ -73,6 +74,7 @@ __all__ = [
     "TransactionLogCheck",
     "TransactionLogError",
     "TransactionLogMissingError",
+    "TransactionLogPrivilegeError",
     "TransactionLogRule",
     "create_async_engine",
     "create_engine",
@@ -103,6 +105,7 @@ if TYPE_CHECKING:
         MigrationError,
         TransactionLogError,
         TransactionLogMissingError,
+        TransactionLogPrivilegeError,
     )
     from outbox.sql.listener import (
         DEFAULT_GRACE_SECONDS,

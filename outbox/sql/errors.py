@@ -23,6 +23,14 @@ class TransactionLogMissingError(TransactionLogError):
     """The transaction-log table does not exist: the migrations were not run."""
 
 
+class TransactionLogPrivilegeError(TransactionLogError):
+    """The database user may not read or write the transaction log: a grant is missing.
+
+    A service often runs as a user of its own, the migrations as another; the log's
+    tables need SELECT, INSERT, UPDATE and DELETE for the service's user.
+    """
+
+
 class MigrationError(TransactionLogError):
     """Alembic could not run the requested migration (unknown revision, ...)."""
 

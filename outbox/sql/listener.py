@@ -41,7 +41,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from functools import partial
 from typing import Any, Generic, TypeVar
 
 import sqlalchemy as sa
@@ -69,6 +68,7 @@ from outbox.sql.log import (
     missing_part,
     missing_table_error,
     outdated_table_error,
+    privilege_error,
     rollback_table,
     table_exists,
     transaction_log_table,
@@ -140,7 +140,7 @@ class TransactionLogRule:
                 log.warning(
                     "transaction log lookup failed; answering UNKNOW transaction_id=%s error=%r",
                     message.transaction_id,
-                    explain_database_error(exc, _probe_sessions(session), self._target),
+                    explain_database_error(exc, session, self._target),
                 )
         return UNKNOW
 
@@ -480,7 +480,7 @@ class TransactionLogListener(Generic[_Factory, _Business]):
 
     def explain_error(self, session: Session, exc: Exception) -> Exception:
         """``exc``, or the setup error it stands for (the log table missing or not upgraded)."""
-        return explain_database_error(exc, _probe_sessions(session), self.target)
+        return explain_database_error(exc, session, self.target)
 
 
 class SqlTransactionListener(TransactionLogListener[Callable[[], Session], BusinessFunction]):
@@ -548,23 +548,24 @@ def _is_half_of(row: Any, message: Message) -> bool:
     return (row.half_partition, row.half_offset) == (message.half_partition, message.half_offset)
 
 
-def explain_database_error(
-    exc: Exception, session_factory: Callable[[], Session], target: LogTarget
-) -> Exception:
+def explain_database_error(exc: Exception, session: Session, target: LogTarget) -> Exception:
     """A missing log table is a setup error with a known fix; say so.
 
-    So is a table migrated by an older version (a column missing). Only errors
+    So is a missing grant, and a table migrated by an older version (a column missing),
+    probed on new sessions of ``session``'s database (a failed one may be unusable). Only errors
     that name the table or a newer column are probed ("no such table: X",
     'relation "X" does not exist'): probing after a connection failure
     would wait out a second connect timeout for nothing.
     """
     if not isinstance(exc, ProgrammingError | OperationalError):
         return exc
+    if (denied := privilege_error(exc, target, session.get_bind().url)) is not None:
+        return denied
     newer = (*REVISION_0002_COLUMNS, *REVISION_0004_COLUMNS)
     if target.table not in str(exc) and not any(c in str(exc) for c in newer):
         return exc  # (the rollback table's name holds the log table's)
     try:
-        with session_factory() as probe:  # the failed session may be unusable
+        with Session(session.get_bind()) as probe:  # the failed session may be unusable
             connection, url = probe.connection(), probe.get_bind().url
             if not table_exists(connection, target):
                 error = missing_table_error(target, url)
@@ -576,11 +577,6 @@ def explain_database_error(
         return exc
     error.__cause__ = exc
     return error
-
-
-def _probe_sessions(session: Session) -> Callable[[], Session]:
-    """New sessions on ``session``'s database: a failed session may be unusable for a probe."""
-    return partial(Session, session.get_bind())
 
 
 _CHECK_ATTEMPTS = 3

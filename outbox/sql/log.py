@@ -35,7 +35,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from outbox.errors import ConfigurationError
 from outbox.protocol.records import MAX_TRANSACTION_ID_LENGTH
 from outbox.sql.engine import connect, describe_url, unavailable
-from outbox.sql.errors import TransactionLogMissingError
+from outbox.sql.errors import TransactionLogMissingError, TransactionLogPrivilegeError
 
 DEFAULT_TABLE = "outbox_transaction_log"
 MAX_PRODUCER_GROUP_LENGTH = 249
@@ -298,6 +298,42 @@ def missing_table_error(target: LogTarget, url: object) -> TransactionLogMissing
         f"transaction-log table {target.qualified!r} does not exist{where}: "
         f"run {target.upgrade_hint(shown)} first"
     )
+
+
+_PRIVILEGE_SQLSTATE = "42501"
+"""PostgreSQL's insufficient_privilege."""
+
+_MYSQL_ACCESS_DENIED = frozenset({1044, 1142, 1143})
+"""MySQL's database, table and column access denied (ER_DBACCESS_DENIED_ERROR,
+ER_TABLEACCESS_DENIED_ERROR, ER_COLUMNACCESS_DENIED_ERROR)."""
+
+
+def privilege_error(
+    exc: Exception, target: LogTarget, url: object
+) -> TransactionLogPrivilegeError | None:
+    """The missing grant ``exc`` stands for, naming the log's tables, or None.
+
+    Told by the server's own code (SQLSTATE 42501, MySQL's access-denied errors), never
+    by the message's words, which differ by server version and language.
+    """
+    if not isinstance(exc, DBAPIError):
+        return None
+    orig = exc.orig
+    code = getattr(orig, "args", (None,))[0] if orig is not None else None
+    if getattr(orig, "sqlstate", None) != _PRIVILEGE_SQLSTATE and code not in _MYSQL_ACCESS_DENIED:
+        return None
+    _, where = _database_named(url)
+    args = getattr(orig, "args", ())
+    reason = str(args[1]) if code in _MYSQL_ACCESS_DENIED and len(args) > 1 else str(orig)
+    user = getattr(url, "username", None)
+    who = f"the database user {user!r}" if user else "the database user"
+    tables = f"{target.qualified} and {target.rollback_table}"
+    error = TransactionLogPrivilegeError(
+        f"{who} may not use the transaction log{where} ({reason.strip().splitlines()[0]}): "
+        f"grant it SELECT, INSERT, UPDATE and DELETE on {tables}"
+    )
+    error.__cause__ = exc
+    return error
 
 
 def _database_named(url: object) -> tuple[str | None, str]:
