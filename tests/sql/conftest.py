@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from sqlalchemy import event
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -193,6 +193,12 @@ def pg_database(postgres_url: str, listener_kind: str) -> Iterator[Database]:
     yield from database_on(postgres_url, listener_kind)
 
 
+@pytest.fixture(params=[_BACKENDS["postgres"], _BACKENDS["mariadb"]])
+def server_database(request: pytest.FixtureRequest, listener_kind: str) -> Iterator[Database]:
+    """A database server (PostgreSQL, MariaDB): what SQLite cannot show (lost connections)."""
+    yield from database_on(str(request.getfixturevalue(f"{request.param}_url")), listener_kind)
+
+
 def database_on(url: str, kind: str) -> Iterator[Database]:
     """A :class:`Database` of the test's own on ``url`` (its log and orders tables), dropped
     after: the fixtures' maker, for a test that needs one of a given kind."""
@@ -249,23 +255,42 @@ def _backend_alive(engine: Engine, pid: int) -> bool:
     ``stats_fetch_consistency = cache``) answers pg_stat_activity from the transaction's
     first snapshot, so a backend seen once stays listed however long one waits."""
     with engine.connect() as connection:
-        query = sa.text("SELECT count(*) FROM pg_stat_activity WHERE pid = :pid")
+        if engine.dialect.name == "postgresql":
+            query = sa.text("SELECT count(*) FROM pg_stat_activity WHERE pid = :pid")
+        else:
+            query = sa.text("SELECT count(*) FROM information_schema.PROCESSLIST WHERE ID = :pid")
         return bool(connection.execute(query, {"pid": pid}).scalar())
+
+
+def _server_process_of(connection: Any) -> int:
+    """The server's process (PostgreSQL) or connection id (MySQL) behind ``connection``."""
+    driver = connection.connection.driver_connection
+    return int(
+        driver.info.backend_pid if connection.dialect.name == "postgresql" else driver.thread_id()
+    )
+
+
+def _kill(other: Connection, pid: int) -> None:
+    if other.dialect.name == "postgresql":
+        other.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+    else:
+        other.execute(sa.text(f"KILL CONNECTION {pid}"))
 
 
 @contextmanager
 def backend_killed_at_commit(engine: Engine, url: str) -> Iterator[list[int]]:
-    """PostgreSQL: each COMMIT of ``engine`` finds its server process killed just before it.
+    """Each COMMIT of ``engine`` finds its server process (PostgreSQL) or connection
+    (MySQL) killed just before it.
 
-    Yields the pids terminated (empty if the backend would not go: the test then fails).
+    Yields the ids killed (empty if the backend would not go: the test then fails).
     """
     killer = sa.create_engine(url)
     terminated: list[int] = []
 
     def terminate_backend(connection: Any) -> None:
-        pid = connection.connection.driver_connection.info.backend_pid
+        pid = _server_process_of(connection)
         with killer.begin() as other:
-            other.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+            _kill(other, pid)
         deadline = time.monotonic() + 60
         while _backend_alive(killer, pid):  # wait until the backend is really gone
             if time.monotonic() > deadline:

@@ -100,10 +100,9 @@ def test_direct_call_outside_a_send_returns_the_state(database: Database):
     assert listener.execute_local_transaction(message(), None) is ROLLBACK
 
 
-@pytest.mark.postgres
-def test_connection_lost_during_commit_is_unknown(pg_database: Database):
+def test_connection_lost_during_commit_is_unknown(server_database: Database):
     """COMMIT sent, connection gone: it may have committed, so UNKNOW; the check decides."""
-    database = pg_database
+    database = server_database
     listener = database.listener()
     msg = message()
     with backend_killed_at_commit(database.listener_engine, database.url) as terminated:
