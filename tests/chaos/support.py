@@ -15,6 +15,7 @@ NO_DEFAULT_FAULTS = (
     "--checker-freezes=0",
     "--mid-chunk-kills=0",
     "--discard-cycles=0",
+    "--drain-freezes=0",
 )
 """A run with these flags has only the faults a test turns on (and, on a cluster, its own)."""
 NO_CLUSTER_FAULTS = ("--rolling-restarts=0", "--half-leader-kills=0", "--coordinator-kills=0")

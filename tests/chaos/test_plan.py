@@ -215,6 +215,30 @@ def test_kafka_away_is_drawn_last_for_20_to_30_seconds_and_leaves_the_older_faul
         assert all(f.kind.verb == "kill -9" and not f.kind.freezes for f in away)
 
 
+def test_a_drain_freeze_is_drawn_after_kafka_away_at_its_moment_and_leaves_the_rest_alone():
+    """Armed as Kafka goes (parked rows exist only after), frozen past the 6 s session and
+    within the round writer's 30 s transaction timeout; seeds quoted before keep their faults."""
+    for sizes in (SIZES, {**SIZES, **CLUSTER}):
+        older = fault_plan(6, broker_restarts=1, **sizes, **CUTS, kafka_outages=2)
+        plan = fault_plan(6, broker_restarts=1, **sizes, **CUTS, kafka_outages=2, drain_freezes=5)
+        frozen = [f for f in plan if f.kind is FaultKind.FREEZE_DRAINING_CHECKER]
+        assert [f for f in plan if f not in frozen] == older
+        away = [f for f in plan if f.kind is FaultKind.KAFKA_AWAY]
+        assert len(frozen) == len(away) == 2  # one per outage at most
+        assert sorted(f.at_share for f in frozen) == sorted(f.at_share for f in away)
+        for fault in frozen:
+            assert plan.index(fault) > plan.index(
+                next(a for a in away if a.at_share == fault.at_share)
+            )
+            assert 8.0 <= fault.down_seconds <= 16.0 and fault.kind.freezes
+            assert fault.describe().startswith("freeze draining checker (the first caught")
+    assert not [
+        f
+        for f in fault_plan(6, broker_restarts=0, **SIZES, drain_freezes=1)
+        if f.kind is FaultKind.FREEZE_DRAINING_CHECKER
+    ], "no drain to freeze without Kafka away"
+
+
 def test_kafka_away_kills_the_broker_or_a_majority_of_the_nodes():
     (single,) = [
         f

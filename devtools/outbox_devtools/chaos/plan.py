@@ -57,11 +57,15 @@ class FaultKind(StrEnum):
     """The broker, or a majority of the cluster's nodes, killed for 20-30 s while orders continue:
     no write is possible anywhere, so producers that park their sends
     (``--park-when-unavailable``) must take every order and the checker publish them after."""
+    FREEZE_DRAINING_CHECKER = "freeze draining checker"
+    """With parking: the replica caught inside a parked drain's Kafka transaction (its halves
+    stored, their COMMIT ops not yet) stopped past its session and resumed: its partition
+    moved meanwhile, so the resumed drain is a zombie Kafka must fence."""
 
     @property
     def verb(self) -> str:
         """What is done to the target: ``kill -9``, ``stop``, ``freeze`` (SIGSTOP), ``restart``."""
-        if self in (FaultKind.FREEZE_BROKER, FaultKind.FREEZE_CHECKER):
+        if self.freezes:
             return "freeze"
         if self is FaultKind.ROLLING_RESTART:
             return "restart"
@@ -79,7 +83,11 @@ class FaultKind(StrEnum):
     @property
     def freezes(self) -> bool:
         """The target is paused and resumed (SIGCONT), never restarted."""
-        return self in (FaultKind.FREEZE_BROKER, FaultKind.FREEZE_CHECKER)
+        return self in (
+            FaultKind.FREEZE_BROKER,
+            FaultKind.FREEZE_CHECKER,
+            FaultKind.FREEZE_DRAINING_CHECKER,
+        )
 
     @property
     def cuts(self) -> bool:
@@ -146,6 +154,8 @@ class Fault:
             return "rolling restart of every node"
         if self.kind is FaultKind.DISCARD_RESUME_CYCLE:
             return "discard-and-resume cycle"
+        if self.kind is FaultKind.FREEZE_DRAINING_CHECKER:
+            return f"{self.kind} (the first caught inside a drain), down {self.down_seconds:.1f}s"
         if self.kind is FaultKind.KAFKA_AWAY:
             where = "the broker" if self.target == 0 else f"a majority from node {self.target}"
             return f"{self.kind}: {where} killed, down {self.down_seconds:.1f}s"
@@ -191,6 +201,7 @@ def fault_plan(
     node_cuts: int = 0,
     half_leader_cuts: int = 0,
     kafka_outages: int = 0,
+    drain_freezes: int = 0,
 ) -> list[Fault]:
     """The faults of one run, in firing order; the same arguments give the same plan.
 
@@ -249,4 +260,12 @@ def fault_plan(
     # faults. On a cluster the target is the first node of the majority killed.
     away = draw(FaultKind.KAFKA_AWAY, kafka_outages, brokers if brokers > 1 else 0, (20.0, 30.0))
     faults += [replace(fault, target=fault.target + 1) if brokers > 1 else fault for fault in away]
+    # A drain frozen, after them (parked rows are there only once Kafka was away): armed as
+    # Kafka goes, it strikes the first replica caught draining once Kafka is back. Frozen
+    # past the replicas' 6 s session, within the round writer's 30 s transaction timeout.
+    frozen = draw(FaultKind.FREEZE_DRAINING_CHECKER, min(drain_freezes, len(away)), 0, (8.0, 16.0))
+    faults += [
+        replace(fault, at_share=outage.at_share)
+        for fault, outage in zip(frozen, away, strict=False)
+    ]
     return sorted(faults, key=lambda fault: fault.at_share)

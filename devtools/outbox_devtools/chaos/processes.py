@@ -16,9 +16,15 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from enum import Enum
 from pathlib import Path
 
-from outbox_devtools.chaos.checker_process import ARM_FILE_VARIABLE, MID_CHUNK
+from outbox_devtools.chaos.checker_process import (
+    ARM_FILE_VARIABLE,
+    DRAIN_ARM_FILE_VARIABLE,
+    MID_CHUNK,
+    MID_DRAIN,
+)
 from outbox_devtools.chaos.worker import WorkerConfig
 from outbox_devtools.processes import die_with_parent
 
@@ -158,6 +164,23 @@ class ProducerProcess:
                 self.process.stdin.flush()
 
 
+class Pause(Enum):
+    """Where an armed replica pauses inside a Kafka transaction (see ``checker_process``)."""
+
+    CHUNK = (ARM_FILE_VARIABLE, MID_CHUNK)
+    """A round chunk with put-backs: its copies stored, its check requests not written."""
+    DRAIN = (DRAIN_ARM_FILE_VARIABLE, MID_DRAIN)
+    """A parked drain: its halves stored, their COMMIT ops not written."""
+
+    @property
+    def variable(self) -> str:
+        return self.value[0]
+
+    @property
+    def marker(self) -> str:
+        return self.value[1]
+
+
 class CheckerProcess:
     """One checker replica (``outbox checker``) with a stable instance id."""
 
@@ -168,38 +191,40 @@ class CheckerProcess:
         self.index = index
         self.launcher = list(launcher)
         self.instance_id = f"checker-{index}"
-        self.arm_file = log_dir / f"arm-checker-{index}"
+        self.arm_files = {
+            pause: log_dir / f"arm-{pause.name.lower()}-checker-{index}" for pause in Pause
+        }
         self.env = {
             **os.environ,
             **env,
             "OUTBOX_INSTANCE_ID": self.instance_id,
-            ARM_FILE_VARIABLE: str(self.arm_file),
+            **{pause.variable: str(self.arm_files[pause]) for pause in Pause},
         }
         self.log_dir = log_dir
         self.incarnation = 0
         self.process: subprocess.Popen[bytes] | None = None
-        self._armed_at = 0
+        self._armed_at = dict.fromkeys(Pause, 0)
         """Where the current log stood when the replica was armed: a marker counts past it."""
 
     @property
     def log_path(self) -> Path:
         return self.log_dir / f"checker-{self.index}.{self.incarnation}.log"
 
-    def arm_mid_chunk(self) -> None:
-        """Have this replica's next chunk with put-backs announce itself and pause."""
-        self._armed_at = self.log_path.stat().st_size if self.log_path.exists() else 0
-        self.arm_file.touch()
+    def arm(self, pause: Pause) -> None:
+        """Have this replica announce itself and pause at ``pause``'s point, once."""
+        self._armed_at[pause] = self.log_path.stat().st_size if self.log_path.exists() else 0
+        self.arm_files[pause].touch()
 
-    def disarm_mid_chunk(self) -> None:
-        self.arm_file.unlink(missing_ok=True)
+    def disarm(self, pause: Pause) -> None:
+        self.arm_files[pause].unlink(missing_ok=True)
 
-    def in_mid_chunk(self) -> bool:
-        """Whether the armed replica announced it is pausing inside a chunk's transaction."""
+    def paused_at(self, pause: Pause) -> bool:
+        """Whether the armed replica announced it is pausing at ``pause``'s point."""
         if not self.alive or not self.log_path.exists():
             return False
         with self.log_path.open("rb") as log:
-            log.seek(self._armed_at)
-            return MID_CHUNK.encode() in log.read()
+            log.seek(self._armed_at[pause])
+            return pause.marker.encode() in log.read()
 
     @property
     def alive(self) -> bool:
@@ -207,7 +232,7 @@ class CheckerProcess:
 
     def start(self) -> None:
         self.incarnation += 1
-        self._armed_at = 0
+        self._armed_at = dict.fromkeys(Pause, 0)
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(
                 [*self.launcher, sys.executable, "-m", "outbox_devtools.chaos.checker_process"],

@@ -51,6 +51,7 @@ from outbox_devtools.chaos.plan import Fault, FaultKind, fault_plan
 from outbox_devtools.chaos.processes import (
     CLIENT_TIMEOUTS,
     CheckerProcess,
+    Pause,
     ProducerProcess,
     SendCounts,
 )
@@ -103,6 +104,10 @@ and a checker outage can delay the first round: in a short run whose every check
 broker went down in its first seconds, the first checks came 55 s in (the restarted
 replicas' first round took 40 s). With 2 % of orders answering UNKNOW the checks then
 come within seconds. With --resolve-from-db no producer is ever asked."""
+DRAIN_WAIT_SECONDS = 180.0
+"""How long armed replicas may take to start a parked drain (recorded as ``no drain seen``):
+armed as Kafka goes away, they drain once it is back (20-30 s), their group rejoined and the
+next drain due."""
 
 
 @dataclass
@@ -162,6 +167,16 @@ class ArmedChunk:
     deadline: float
 
 
+@dataclass
+class ArmedDrain:
+    """Checker replicas told to pause inside their next parked drain; the first caught is
+    frozen. Every replica is armed: the drain is the work of whichever owns the partition."""
+
+    fault: Fault
+    checkers: list[int]
+    deadline: float
+
+
 class Blocker(NamedTuple):
     """Why a broker fault cannot fire yet."""
 
@@ -182,6 +197,7 @@ class Cluster:
     events: list[FaultEvent] = field(default_factory=list)
     armed: list[ArmedCheck] = field(default_factory=list)
     armed_chunks: list[ArmedChunk] = field(default_factory=list)
+    armed_drains: list[ArmedDrain] = field(default_factory=list)
     cycles: list[tuple[FaultEvent, DiscardCycle]] = field(default_factory=list)
     answering: list[TransactionProducer] = field(default_factory=list)
     """Producers of the discard cycles' group, answering once a cycle is over."""
@@ -345,12 +361,24 @@ def _fire(cluster: Cluster, fault: Fault, console: Console) -> None:
         return
     if fault.kind is FaultKind.KILL_CHECKER_MID_CHUNK:
         # Armed whether it runs now or not: a replica down now is armed when it is back.
-        cluster.checkers[fault.target].arm_mid_chunk()
+        cluster.checkers[fault.target].arm(Pause.CHUNK)
         deadline = time.monotonic() + CHECK_WAIT_SECONDS
         cluster.armed_chunks.append(ArmedChunk(fault, fault.target, deadline))
         console.print(
             f"    [red]{cluster.elapsed():6.1f}s[/] armed checker {fault.target}: kill -9 it "
             f"inside its next chunk with put-backs (waiting up to {CHECK_WAIT_SECONDS:.0f}s)",
+            highlight=False,
+        )
+        return
+    if fault.kind is FaultKind.FREEZE_DRAINING_CHECKER:
+        armed = [n for n, checker in enumerate(cluster.checkers) if checker.alive]
+        for n in armed:
+            cluster.checkers[n].arm(Pause.DRAIN)
+        deadline = time.monotonic() + DRAIN_WAIT_SECONDS
+        cluster.armed_drains.append(ArmedDrain(fault, armed, deadline))
+        console.print(
+            f"    [red]{cluster.elapsed():6.1f}s[/] armed checkers {armed}: freeze the first "
+            f"caught inside a parked drain (waiting up to {DRAIN_WAIT_SECONDS:.0f}s)",
             highlight=False,
         )
         return
@@ -507,10 +535,10 @@ def _strike_armed(cluster: Cluster, console: Console) -> None:
         cluster.armed.remove(armed)
     for chunk in list(cluster.armed_chunks):
         checker = cluster.checkers[chunk.checker]
-        caught = checker.in_mid_chunk()
+        caught = checker.paused_at(Pause.CHUNK)
         if not caught and time.monotonic() < chunk.deadline:
             continue
-        checker.disarm_mid_chunk()
+        checker.disarm(Pause.CHUNK)
         if caught:
             checker.kill()
             _record(
@@ -524,6 +552,21 @@ def _strike_armed(cluster: Cluster, console: Console) -> None:
         else:
             _record_miss(cluster, chunk.fault, chunk.checker, "no chunk seen", console)
         cluster.armed_chunks.remove(chunk)
+    for drain in list(cluster.armed_drains):
+        checkers = [cluster.checkers[n] for n in drain.checkers]
+        caught = next((c for c in checkers if c.paused_at(Pause.DRAIN)), None)
+        if caught is None and time.monotonic() < drain.deadline:
+            continue
+        for checker in checkers:
+            checker.disarm(Pause.DRAIN)
+        if caught is not None:
+            caught.freeze()
+            name = f"checker {caught.index}"
+            detail = " inside a parked drain's transaction"
+            _record(cluster, drain.fault, name, [caught], console, frozen=True, detail=detail)
+        else:
+            _record_miss(cluster, drain.fault, "checkers", "no drain seen", console)
+        cluster.armed_drains.remove(drain)
 
 
 def _start_cycle(cluster: Cluster, fault: Fault, console: Console) -> None:
@@ -681,6 +724,7 @@ def _send_with_faults(
             or queue
             or cluster.armed
             or cluster.armed_chunks
+            or cluster.armed_drains
             or cluster.down
             or not all(cycle.done for _, cycle in cluster.cycles)
         ):
@@ -703,7 +747,8 @@ def _send_with_faults(
             _strike_armed(cluster, console)
             _step_cycles(cluster, console)
             _restart_due(cluster, console)
-            only_cycles_left = not (queue or cluster.armed or cluster.armed_chunks or cluster.down)
+            armed = cluster.armed or cluster.armed_chunks or cluster.armed_drains
+            only_cycles_left = not (queue or armed or cluster.down)
             if cluster.sent >= settings.transactions and only_cycles_left and not stopped:
                 for producer in cluster.producers:  # a discard cycle needs no load, only time
                     producer.stop_sending()
@@ -861,6 +906,7 @@ def run(console: Console, settings: ChaosSettings) -> int:
         node_cuts=settings.node_cuts if cuts else 0,
         half_leader_cuts=settings.half_leader_cuts if cuts else 0,
         kafka_outages=settings.kafka_outages if settings.park_when_unavailable else 0,
+        drain_freezes=settings.drain_freezes if settings.park_when_unavailable else 0,
     )
     _step(console, f"seed {settings.seed}: {len(faults)} faults planned")
     for fault in faults:

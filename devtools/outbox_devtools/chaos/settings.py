@@ -123,6 +123,13 @@ class ChaosSettings(BaseSettings):
         description="with --park-when-unavailable: the broker (with --brokers 3+, a majority of"
         " the nodes) killed for 20-30 s while orders continue",
     )
+    drain_freezes: int = Field(
+        1,
+        ge=0,
+        description="with --park-when-unavailable, one per Kafka outage at most: SIGSTOPs of the"
+        " checker replica caught inside a parked drain's Kafka transaction, 8-16 s (past its"
+        " session, so its partition moves while the transaction is open)",
+    )
     rollback_share: float = Field(
         0.15, ge=0, le=1, description="orders a business rule refuses (local rollback)"
     )
