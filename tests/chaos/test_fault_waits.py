@@ -38,3 +38,16 @@ def test_on_one_broker_and_for_other_kinds_nothing_waits(tmp_path):
         FaultEvent(Fault(0.1, FaultKind.KILL_BROKER, 1, 1.5), 1.0, "node 1", time.monotonic())
     )
     assert cluster.waits_for(Fault(0.5, FaultKind.KILL_PRODUCER, 0, 1.0)) is None
+
+
+def test_a_drain_freeze_waits_for_its_kafka_outage_to_strike(tmp_path):
+    """Armed before its outage (a cluster's outage waits for the last node fault), it caught
+    a drain of rows parked by another fault: it must wait, without spending any patience."""
+    for kafka in (LocalKafka(tmp_path / "one"), LocalKafkaCluster(tmp_path / "three", nodes=3)):
+        cluster = _cluster(kafka)
+        away = Fault(0.61, FaultKind.KAFKA_AWAY, 2, 20.1)
+        frozen = Fault(0.61, FaultKind.FREEZE_DRAINING_CHECKER, 0, 9.0)
+        blocker = cluster.waits_for(frozen, [away, frozen])
+        assert blocker is not None and not blocker.patience_runs
+        assert blocker.reason.startswith("Kafka away") and blocker.reason.endswith("not struck")
+        assert cluster.waits_for(frozen, [frozen]) is None  # struck (or skipped): armed now

@@ -246,14 +246,22 @@ class Cluster:
             return self.kafka
         return self.kafka.node(node_id)
 
-    def waits_for(self, fault: Fault) -> Blocker | None:
-        """What ``fault`` waits for before it may fire (None: nothing).
+    def waits_for(self, fault: Fault, queued: Sequence[Fault] = ()) -> Blocker | None:
+        """What ``fault`` waits for before it may fire (None: nothing); ``queued``: the
+        faults not fired yet.
 
         In a cluster, a broker fault waits until the last one is over and all are in
         sync. Three nodes tolerate one down: a second fault on top would stop every
         acks=all write (min.insync.replicas=2) and, with two controllers gone, the
         quorum, a different experiment. One broker has no such choice to make.
+        A drain freeze waits until the Kafka outage drawn with it has struck (or was
+        skipped): armed before, it would catch a drain of rows another fault parked.
         """
+        if fault.kind is FaultKind.FREEZE_DRAINING_CHECKER:
+            for outage in queued:
+                if outage.kind is FaultKind.KAFKA_AWAY and outage.at_share <= fault.at_share:
+                    return Blocker(f"{outage.describe()} has not struck", patience_runs=False)
+            return None
         if isinstance(self.kafka, LocalKafka) or not (
             fault.kind.hits_a_broker or fault.kind.cuts_nodes
         ):
@@ -729,7 +737,7 @@ def _send_with_faults(
             or not all(cycle.done for _, cycle in cluster.cycles)
         ):
             for fault in [f for f in queue if cluster.sent >= f.at_share * settings.transactions]:
-                blocker = cluster.waits_for(fault)  # a waiting broker fault holds up no other kind
+                blocker = cluster.waits_for(fault, queue)  # a broker fault holds up no other
                 now = time.monotonic()
                 if blocker is None:
                     queue.remove(fault)
