@@ -54,6 +54,10 @@ class MariaDBStartError(RuntimeError):
     """The server was found but did not come up; the message carries its log tail."""
 
 
+class MariaDBDumpError(RuntimeError):
+    """``mariadb-dump`` could not write the database where asked; its own words say why."""
+
+
 def find_binary(name: str) -> Path | None:
     """``name`` on ``PATH`` or in the system directories (``/usr/sbin`` is often off PATH)."""
     found = shutil.which(name) or shutil.which(name, path=os.pathsep.join(_SEARCH_DIRS))
@@ -210,6 +214,36 @@ class LocalMariaDB:
         self._port = None
         if root is not None:
             shutil.rmtree(root, ignore_errors=True)
+
+    def dump(self, path: Path | str) -> Path:
+        """Write the database as a plain SQL script (``mariadb-dump``) to ``path``.
+
+        The server is deleted when it stops; a chaos run whose verdict failed keeps
+        what its database said this way, for the post-mortem.
+        """
+        dump = find_binary("mariadb-dump")
+        if not self.running or dump is None:
+            raise MariaDBDumpError(f"{self!r}: no running server or no mariadb-dump to dump it")
+        target = Path(path)
+        result = subprocess.run(
+            [
+                str(dump),
+                "--no-defaults",
+                f"--socket={self.socket_path}",
+                f"--user={SUPERUSER}",
+                f"--result-file={target}",
+                self.database,
+            ],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        if result.returncode != 0:
+            raise MariaDBDumpError(
+                f"mariadb-dump of {self.database} to {target} failed: {result.stderr.strip()}"
+            )
+        return target
 
     # -- steps ------------------------------------------------------------
 

@@ -41,10 +41,11 @@ from outbox.config import kafka_client_config
 from outbox.errors import KafkaUnavailableError
 from outbox.producer import TransactionProducer
 from outbox.protocol import TopicNames
-from outbox.sql import create_engine, upgrade
+from outbox.sql import create_engine
 from outbox.sql.log import DEFAULT_TABLE, transaction_log_table
 from outbox_checker.names import relay_transactional_id
 from outbox_checker.parked import read_parked
+from outbox_devtools.chaos.database import ChaosDatabase
 from outbox_devtools.chaos.discard_cycle import MUTE_GROUP, DiscardCycle
 from outbox_devtools.chaos.network import ChaosNetwork, Cut, unavailable_reason
 from outbox_devtools.chaos.plan import Fault, FaultKind, fault_plan
@@ -73,7 +74,6 @@ from outbox_devtools.kafka import (
     ensure_kafka_jars,
     replication_properties,
 )
-from outbox_devtools.postgres import LocalPostgres
 
 log = logging.getLogger(__name__)
 
@@ -284,34 +284,6 @@ def _step(console: Console, text: str) -> None:
 
 SLOW_COMMIT_SECONDS = GRACE_SECONDS + 5.0
 """A slow order's COMMIT blocks past the grace, so a check-back past it races the COMMIT."""
-
-
-def _prepare_database(url: str) -> None:
-    """The orders table; a deferred trigger makes a slow order's COMMIT block (as a synchronous
-    standby or a deferred constraint would), after the listener's own time check passed."""
-    upgrade(url)
-    engine = create_engine(url)
-    with engine.begin() as connection:
-        connection.execute(
-            sa.text(
-                f"CREATE TABLE {ORDERS_TABLE} (id TEXT PRIMARY KEY, total NUMERIC NOT NULL, "
-                "slow BOOLEAN NOT NULL DEFAULT FALSE)"
-            )
-        )
-        connection.execute(
-            sa.text(
-                "CREATE FUNCTION chaos_slow_commit() RETURNS trigger LANGUAGE plpgsql AS "
-                f"$$ BEGIN PERFORM pg_sleep({SLOW_COMMIT_SECONDS}); RETURN NULL; END $$"
-            )
-        )
-        connection.execute(
-            sa.text(
-                f"CREATE CONSTRAINT TRIGGER chaos_slow_commit AFTER INSERT ON {ORDERS_TABLE} "
-                "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.slow) "
-                "EXECUTE FUNCTION chaos_slow_commit()"
-            )
-        )
-    engine.dispose()
 
 
 def _committed_in_database(url: str) -> set[str]:
@@ -937,7 +909,7 @@ def run(console: Console, settings: ChaosSettings) -> int:
     with (
         contextlib.closing(network.create()) if network else contextlib.nullcontext(),
         _library_logs_to(logs / "controller.log"),
-        LocalPostgres(database="chaos") as postgres,
+        ChaosDatabase(settings.database) as database,
         _kafka_runtime(settings, work, network) as kafka,
     ):
         bootstrap = kafka.bootstrap_servers
@@ -949,12 +921,12 @@ def run(console: Console, settings: ChaosSettings) -> int:
             )
         console.print(
             f"    Kafka {bootstrap} (started in {kafka.last_start_seconds:.1f}s); "
-            f"PostgreSQL {postgres.url}",
+            f"{database.label} {database.url}",
             highlight=False,
         )
-        _prepare_database(postgres.url)
+        database.prepare(SLOW_COMMIT_SECONDS)
         names = TopicNames(PREFIX)
-        resolve_url = postgres.url if settings.resolve_from_db else None
+        resolve_url = database.url if settings.resolve_from_db else None
         copies = min(3, settings.brokers)
         real_config = {"min.insync.replicas": "2"} if copies > 1 else {}
         ensure_topics(
@@ -965,7 +937,7 @@ def run(console: Console, settings: ChaosSettings) -> int:
             ],
         )
         # Hosts in namespaces reach the database through its socket, never across a cut.
-        hosted_url = _socket_url(postgres) if network is not None else postgres.url
+        hosted_url = database.socket_url() if network is not None else database.url
         if resolve_url is not None:
             resolve_url = hosted_url
 
@@ -980,17 +952,19 @@ def run(console: Console, settings: ChaosSettings) -> int:
             ],
             [
                 ProducerProcess(
-                    _worker_config(settings, bootstrap, hosted_url, i), logs, launcher(f"p{i}")
+                    _worker_config(settings, bootstrap, hosted_url, i, database.blocks_commits),
+                    logs,
+                    launcher(f"p{i}"),
                 )
                 for i in range(settings.producers)
             ],
             producers_answer_checks=not settings.resolve_from_db,
-            database_url=postgres.url,
+            database_url=database.url,
             network=network,
         )
         sink = Sink(bootstrap, work, settings.sink_format)
         try:
-            verdict = _run_phases(console, settings, cluster, sink, faults, postgres.url)
+            verdict = _run_phases(console, settings, cluster, sink, faults, database.url)
         finally:
             for producer in cluster.producers:
                 producer.finish(timeout=30)
@@ -1002,7 +976,7 @@ def run(console: Console, settings: ChaosSettings) -> int:
                 checker.stop(timeout=30)
             sink.stop()
         if verdict.failures:
-            _keep_database(console, postgres, work / "database.sql")
+            database.keep(console, work / "database.sql")
     _report(console, verdict, cluster, sink, time.monotonic() - started)
     if not verdict.failures and not settings.work_dir:
         shutil.rmtree(work, ignore_errors=True)
@@ -1051,26 +1025,6 @@ def _kafka_runtime(
     )
 
 
-def _socket_url(postgres: LocalPostgres) -> str:
-    """The database's URL through its Unix socket (a namespace shares the filesystem)."""
-    assert postgres.root_dir is not None
-    local = f"@127.0.0.1:{postgres.port}/"
-    assert local in postgres.url, postgres.url
-    return (
-        postgres.url.replace(local, "@/")
-        + f"?host={postgres.root_dir / 'run'}&port={postgres.port}"
-    )
-
-
-def _keep_database(console: Console, postgres: LocalPostgres, path: Path) -> None:
-    """A failed verdict keeps what the database said (the transaction log, the orders)
-    beside the Kafka data and the logs: the cluster is deleted when it stops."""
-    try:
-        console.print(f"    database kept as {postgres.dump(path)}", highlight=False)
-    except Exception as exc:  # the verdict matters more than its evidence
-        console.print(f"    [red]the database could not be kept:[/] {exc}", highlight=False)
-
-
 @contextmanager
 def _library_logs_to(path: Path) -> Iterator[None]:
     """The outbox's own clients in this process (the discard cycles' producers) log to a file,
@@ -1090,7 +1044,10 @@ def _library_logs_to(path: Path) -> Iterator[None]:
         handler.close()
 
 
-def _worker_config(settings: ChaosSettings, bootstrap: str, url: str, index: int) -> WorkerConfig:
+def _worker_config(
+    settings: ChaosSettings, bootstrap: str, url: str, index: int, blocks_commits: bool
+) -> WorkerConfig:
+    """A producer process's orders; no slow commit where the database cannot block one."""
     return WorkerConfig(
         bootstrap_servers=bootstrap,
         topic_prefix=PREFIX,
@@ -1103,7 +1060,7 @@ def _worker_config(settings: ChaosSettings, bootstrap: str, url: str, index: int
         rollback_share=settings.rollback_share,
         unknown_share=settings.unknown_share,
         reused_key_share=settings.reused_key_share,
-        slow_commit_share=settings.slow_commit_share,
+        slow_commit_share=settings.slow_commit_share if blocks_commits else 0.0,
         grace_seconds=GRACE_SECONDS,
         kafka_properties=CLIENT_TIMEOUTS,
         park_when_unavailable=settings.park_when_unavailable,

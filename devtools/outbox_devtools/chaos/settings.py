@@ -162,6 +162,11 @@ class ChaosSettings(BaseSettings):
     settle_seconds: Seconds = Field(
         240.0, gt=0, description="how long the checker and sink may take to settle after faults"
     )
+    database: Literal["postgresql", "mariadb"] = Field(
+        "postgresql",
+        description="the producers' database, started for the run: postgresql, or mariadb"
+        " (MySQL's protocol; no COMMIT blocks there, so no slow commit is drawn)",
+    )
     sink_format: Literal["parquet", "delta"] = Field(
         "parquet", description="the sink's table: parquet (window dedup) or delta (MERGE dedup)"
     )
