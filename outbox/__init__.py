@@ -51,6 +51,7 @@ from outbox.sql.errors import (
     MigrationError,
     TransactionLogError,
     TransactionLogMissingError,
+    TransactionLogPrivilegeError,
 )
 
 try:
@@ -106,6 +107,7 @@ __all__ = [  # noqa: RUF022
     "TransactionLogError",
     "DatabaseUnavailableError",
     "TransactionLogMissingError",
+    "TransactionLogPrivilegeError",
     "MigrationError",
     "CommitOutcomeUnknownError",
     "LocalTransactionMisuseError",
