@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,16 +48,38 @@ def find_leftovers(root: Path, *, exclude_pids: frozenset[int] = frozenset()) ->
         if not proc.name.isdigit() or int(proc.name) in exclude_pids:
             continue
         try:
-            command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             cwd = os.readlink(proc / "cwd")
+            command = _cmdline(proc)
+            if needle in command or cwd == needle or cwd.startswith(needle + os.sep):
+                processes.append((int(proc.name), command or _command_of(proc)))
         except OSError:  # gone meanwhile, or not ours to read
             continue
-        if needle in command or cwd == needle or cwd.startswith(needle + os.sep):
-            processes.append((int(proc.name), command.strip()))
     entries = sorted(
         entry for entry in root.iterdir() if not entry.name.startswith(KEPT_ON_PURPOSE)
     )
     return Leftovers(sorted(processes), entries)
+
+
+CMDLINE_WAIT_SECONDS = 1.0
+"""How long an empty ``cmdline`` is asked again before the process's name stands in."""
+
+
+def _command_of(proc: Path) -> str:
+    """The command line of a process found with an empty one.
+
+    Empty for a moment after an exec (the kernel closes the close-on-exec descriptors, on
+    which ``subprocess.Popen`` returns, before it has put the new arguments in place; a
+    loaded machine widens that window) and for a zombie: asked again for a moment, then
+    the process's name (``comm``) in brackets.
+    """
+    deadline = time.monotonic() + CMDLINE_WAIT_SECONDS
+    while not (command := _cmdline(proc)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return command or f"[{(proc / 'comm').read_text().strip()}]"
+
+
+def _cmdline(proc: Path) -> str:
+    return (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
 
 
 def run_contained(command: list[str]) -> int:
