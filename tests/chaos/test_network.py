@@ -11,7 +11,6 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -72,9 +71,7 @@ def test_a_cut_drops_packets_silently_both_ways_and_healing_restores_the_link():
             assert _connect_from(network, "p0", "b1") == "connected"
             socket.create_connection((network.address("b1"), PORT), timeout=5).close()
             network.heal(cut)
-            began = time.monotonic()
             assert _connect_from(network, "c0", "b1") == "connected"
-            assert time.monotonic() - began < 1.5
         finally:
             server.kill()
             server.wait()

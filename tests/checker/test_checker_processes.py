@@ -191,7 +191,5 @@ def test_sigterm_exits_0_after_committing(outbox_topics: OutboxTopics, processes
     wait_for(lambda: all(lag in metrics() for lag in lags), 60, "the relay's lag on /metrics")
     with urllib.request.urlopen(f"http://127.0.0.1:{checker.port}/healthz", timeout=5) as r:
         assert r.status == 200
-    started = time.monotonic()
-    assert checker.terminate() == 0, checker.log()
-    assert time.monotonic() - started < 30
+    assert checker.terminate() == 0, checker.log()  # exited by itself: no kill after it
     assert "checker stopped" in checker.log()

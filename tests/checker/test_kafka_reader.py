@@ -113,4 +113,6 @@ def test_end_offsets_answers_within_its_timeout_when_the_broker_does_not(own_kaf
         with pytest.raises(KafkaUnavailableError, match=r"ends\[0\]: no answer"):
             end_offsets(admin, "ends", [0], IsolationLevel.READ_COMMITTED, 2.0)
         took = time.monotonic() - started
-    assert took < 2.0 + END_OFFSETS_MARGIN_SECONDS + 1.0, f"answered after {took:.1f}s"
+    # Answered while the broker is still frozen: an unbounded wait would last as long as the
+    # freeze. The bound only tells that from librdkafka's own 30 s+ timeouts, on any load.
+    assert took < 2.0 + END_OFFSETS_MARGIN_SECONDS + 20.0, f"answered after {took:.1f}s"

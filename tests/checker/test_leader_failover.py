@@ -36,13 +36,11 @@ def test_watermarks_follow_a_killed_leader_to_its_successor(kafka_cluster: Local
         assert watermarks(consumer, partition, 30) == (0, 0)  # it knows the leader now
         leader = kafka_cluster.leader_of(topic, 0)
         leader.kill()
-        started = time.monotonic()
-        assert watermarks(consumer, partition, 30) == (0, 0)
-        took = time.monotonic() - started
+        # An answer within the call's own timeout: a client still asking the dead leader
+        # would get none, ever (it is never restarted).
+        assert watermarks(consumer, partition, 60) == (0, 0)
     finally:
         consumer.close()
-    # The election: the broker session (5 s) and a little; not the 30 s timeout.
-    assert took < 15.0, f"answered {took:.1f}s after the leader was killed"
 
 
 def test_end_offsets_follow_a_killed_leader_to_its_successor(kafka_cluster: LocalKafkaCluster):
@@ -70,8 +68,9 @@ def test_end_offsets_follow_a_killed_leader_to_its_successor(kafka_cluster: Loca
             answer = ends.ask(*asked)
             break
         except KafkaUnavailableError:
-            took = time.monotonic() - killed
-            assert took < 20.0, f"no answer {took:.1f}s after the leader was killed"
+            # A stale client never answers (the dead leader is never restarted); the
+            # election takes seconds. How many is measured in chaos, not here.
+            assert time.monotonic() - killed < 180.0, "no answer 180 s after the leader died"
             time.sleep(0.5)
     assert answer == {0: 1, 1: 1, 2: 1}
 

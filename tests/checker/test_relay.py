@@ -279,11 +279,13 @@ def test_a_stuck_relay_transaction_is_abandoned_fenced_and_its_batch_published_o
 
     class HangsOnce(Producer):
         hung = False
+        returned = False
 
         def send_offsets_to_transaction(self, *args, **kwargs):
             if not HangsOnce.hung:
                 HangsOnce.hung = True
-                release.wait(60)  # as if stuck in the client
+                release.wait(600)  # as if stuck in the client, for longer than any wait here
+                HangsOnce.returned = True
             return super().send_offsets_to_transaction(*args, **kwargs)
 
     monkeypatch.setattr(relay_transaction, "Producer", HangsOnce)  # the relay's producers
@@ -291,11 +293,9 @@ def test_a_stuck_relay_transaction_is_abandoned_fenced_and_its_batch_published_o
     relay.start()
     try:
         wait_for(lambda: HangsOnce.hung, what="the stuck batch")
-        hung = time.monotonic()
-        wait_for(lambda: published(t) == Counter({half.transaction_id: 1}), what="publication")
-        # Abandoned at its deadline, not after the transaction timeout (10 s) plus 5 s.
-        took = time.monotonic() - hung
-        assert took < 12.0, f"published {took:.1f}s after the batch got stuck"
+        wait_for(lambda: published(t) == Counter({half.transaction_id: 1}), 120, "publication")
+        # Published while the stuck call still hangs: the batch was abandoned, not waited for.
+        assert not HangsOnce.returned
         release.set()  # the abandoned call wakes up: its producer was fenced
         time.sleep(3)
         assert published(t) == Counter({half.transaction_id: 1})
@@ -868,13 +868,11 @@ def test_a_relay_whose_abort_hangs_gives_up_on_it_at_the_transaction_deadline(
         zombie_killer.init_transactions(30)  # the batch fails: its producer is fenced
         del zombie_killer
         relay.start()
-        failed = time.monotonic()
-        wait_for(lambda: published(t) == Counter({half.transaction_id: 1}), what="publication")
-        took = time.monotonic() - failed
+        wait_for(lambda: published(t) == Counter({half.transaction_id: 1}), 120, "publication")
     finally:
         relay.close()
+    # The abort was given up at the deadline, not the client timeout (30 s).
     assert AbortHangsOnce.hung_for == RelaySettings().transaction_deadline
-    assert took < 12.0, f"published {took:.1f}s after the batch failed"
 
 
 class CallbackWatch(Consumer):

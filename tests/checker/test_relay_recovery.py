@@ -1,4 +1,4 @@
-"""How long publication stops when a relaying replica dies, comes back, or has a twin.
+"""Publication goes on when a relaying replica dies, comes back, or has a twin.
 
 Replicas run as ``outbox checker`` processes with their default group settings
 (no session timeout passed through), killed with SIGKILL as a crash kills
@@ -32,8 +32,6 @@ from tests.producer.conftest import OutboxTopics
 
 DEFAULTS = {"OUTBOX_KAFKA_PROPERTIES": "{}"}
 """No session timeout passed through: the replicas' own defaults are under test."""
-SESSION_SECONDS = 6.0
-"""The checker's default ``session_timeout_ms``."""
 
 
 def commit_in_every_partition(topics: OutboxTopics, tag: str) -> set[str]:
@@ -62,40 +60,45 @@ def relaying(replica: CheckerProcess, topics: OutboxTopics) -> None:
     wait_for(lambda: first <= published(topics), 90, "the replica to relay")
 
 
+LONG_SESSION = {**DEFAULTS, "OUTBOX_SESSION_TIMEOUT_MS": "300000"}
+"""A session no wait in these tests reaches: what comes before it cannot be its expiry."""
+
+
 @pytest.mark.kafka
-def test_a_replica_restarted_with_its_id_publishes_within_5s_of_its_return(
+def test_a_replica_restarted_with_its_id_publishes_without_waiting_for_its_old_session(
     outbox_topics: OutboxTopics, processes
 ):
-    replica = CheckerProcess(outbox_topics, "steady", **DEFAULTS)
+    """A restarted replica with its instance id is the same static member: it takes its
+    partitions back at once. A new member would wait for the dead one's session (here
+    300 s) to end first, so publication within this test's deadlines proves the former
+    (the seconds it takes are measured in chaos, not asserted here)."""
+    replica = CheckerProcess(outbox_topics, "steady", **LONG_SESSION)
     processes.append(replica)
     relaying(replica, outbox_topics)
     replica.kill()
     waiting = commit_in_every_partition(outbox_topics, "restart")
-    again = CheckerProcess(outbox_topics, "steady", **DEFAULTS)
+    again = CheckerProcess(outbox_topics, "steady", **LONG_SESSION)
     processes.append(again)
-    wait_for(lambda: any("checker running" in line for line in again.lines), 60, "its start")
-    back = time.monotonic()
-    wait_for(lambda: waiting <= published(outbox_topics), 60, "publication after the restart")
-    took = time.monotonic() - back
-    # A dynamic member would wait for its predecessor's session (librdkafka: 45 s).
-    assert took <= 5.0, f"published {took:.1f}s after the replica came back; log:\n{again.log()}"
+    wait_for(lambda: any("checker running" in line for line in again.lines), 120, "its start")
+    wait_for(lambda: waiting <= published(outbox_topics), 120, "publication after the restart")
 
 
 @pytest.mark.kafka
-def test_the_survivor_of_two_takes_over_within_the_session_timeout(
+def test_the_survivor_of_two_takes_over_once_the_dead_ones_session_ends(
     outbox_topics: OutboxTopics, processes
 ):
+    """A static member killed keeps its partitions until its session (6 s) ends, then the
+    survivor takes them: it publishes without the dead one coming back (how soon is
+    ``make chaos``'s to measure: publication_stall_s)."""
     a = CheckerProcess(outbox_topics, "pair-a", **DEFAULTS)
     b = CheckerProcess(outbox_topics, "pair-b", **DEFAULTS)
     processes.extend([a, b])
     wait_for(lambda: a.ready() and b.ready(), 90, "both replicas ready")
     relaying(a, outbox_topics)
     a.kill()
-    killed = time.monotonic()
     waiting = commit_in_every_partition(outbox_topics, "takeover")
-    wait_for(lambda: waiting <= published(outbox_topics), 90, "the survivor to publish")
-    took = time.monotonic() - killed
-    assert took <= SESSION_SECONDS + 5.0, f"the survivor published {took:.1f}s after the kill"
+    wait_for(lambda: waiting <= published(outbox_topics), 120, "the survivor to publish")
+    assert a.process.poll() is not None  # the dead one never came back
 
 
 @pytest.mark.kafka

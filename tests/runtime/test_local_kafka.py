@@ -222,12 +222,12 @@ def test_taken_port_is_named(tmp_path: Path) -> None:
 
 
 def test_jvm_that_exits_fails_fast_with_its_log(tmp_path: Path) -> None:
-    began = time.monotonic()
-    broker = LocalKafka(tmp_path, heap="lots")
+    """Its exit and its log, not the start timeout waited out (600 s here: a wait that
+    long fails the test by its own timeout)."""
+    broker = LocalKafka(tmp_path, heap="lots", start_timeout=600)
     with pytest.raises(KafkaRuntimeError, match="exited with code") as info:
         broker.start()
     assert "Invalid maximum heap size" in str(info.value)
-    assert time.monotonic() - began < 30
     assert not broker.is_running()
 
 

