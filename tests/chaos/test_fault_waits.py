@@ -3,8 +3,11 @@ its patience (:data:`BROKER_FAULT_WAIT_SECONDS`) before it is skipped."""
 
 import time
 
+from rich.console import Console
+
 from outbox_devtools.chaos.plan import Fault, FaultKind
-from outbox_devtools.chaos.run import Cluster, FaultEvent
+from outbox_devtools.chaos.processes import CheckerProcess, Pause
+from outbox_devtools.chaos.run import Cluster, FaultEvent, fire
 from outbox_devtools.kafka import LocalKafka, LocalKafkaCluster
 
 
@@ -51,3 +54,15 @@ def test_a_drain_freeze_waits_for_its_kafka_outage_to_strike(tmp_path):
         assert blocker is not None and not blocker.patience_runs
         assert blocker.reason.startswith("Kafka away") and blocker.reason.endswith("not struck")
         assert cluster.waits_for(frozen, [frozen]) is None  # struck (or skipped): armed now
+
+
+def test_a_drain_freeze_arms_every_replica_even_one_down(tmp_path):
+    """Seed 8111 armed only checker 0: checker 1 was down from a mid-chunk kill when Kafka
+    went away, and back 1.7 s later; had it owned the parked rows, no drain was seen."""
+    checkers = [CheckerProcess(n, {}, tmp_path) for n in range(2)]
+    cluster = Cluster(LocalKafka(tmp_path / "kafka"), checkers, [])
+    assert not any(checker.alive for checker in checkers)
+    fire(cluster, Fault(0.61, FaultKind.FREEZE_DRAINING_CHECKER, 0, 9.0), Console(quiet=True))
+    (drain,) = cluster.armed_drains
+    assert drain.checkers == [0, 1]
+    assert all(checker.arm_files[Pause.DRAIN].exists() for checker in checkers)

@@ -320,7 +320,8 @@ def _checker_env(bootstrap: str, database_url: str | None) -> dict[str, str]:
 # ----------------------------------------------------------------- faults
 
 
-def _fire(cluster: Cluster, fault: Fault, console: Console) -> None:
+def fire(cluster: Cluster, fault: Fault, console: Console) -> None:
+    """Strike (or arm) ``fault`` now: the controller's one entry for every kind."""
     if fault.kind.cuts:
         _fire_cut(cluster, fault, console)
         return
@@ -351,7 +352,9 @@ def _fire(cluster: Cluster, fault: Fault, console: Console) -> None:
         )
         return
     if fault.kind is FaultKind.FREEZE_DRAINING_CHECKER:
-        armed = [n for n, checker in enumerate(cluster.checkers) if checker.alive]
+        # Every replica, up or not: one down now (another fault) is armed when it is back, and
+        # the drain is the work of whichever owns the partition by then.
+        armed = list(range(len(cluster.checkers)))
         for n in armed:
             cluster.checkers[n].arm(Pause.DRAIN)
         deadline = time.monotonic() + DRAIN_WAIT_SECONDS
@@ -713,7 +716,7 @@ def _send_with_faults(
                 now = time.monotonic()
                 if blocker is None:
                     queue.remove(fault)
-                    _fire(cluster, fault, console)
+                    fire(cluster, fault, console)
                 elif not blocker.patience_runs:
                     waiting[fault] = now
                 elif now - waiting.setdefault(fault, now) > BROKER_FAULT_WAIT_SECONDS:
