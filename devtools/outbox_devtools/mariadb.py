@@ -225,7 +225,7 @@ class LocalMariaDB:
         if not self.running or dump is None:
             raise MariaDBDumpError(f"{self!r}: no running server or no mariadb-dump to dump it")
         target = Path(path)
-        result = subprocess.run(
+        processes.run_dump(
             [
                 str(dump),
                 "--no-defaults",
@@ -234,15 +234,9 @@ class LocalMariaDB:
                 f"--result-file={target}",
                 self.database,
             ],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=300,
+            MariaDBDumpError,
+            f"mariadb-dump of {self.database} to {target}",
         )
-        if result.returncode != 0:
-            raise MariaDBDumpError(
-                f"mariadb-dump of {self.database} to {target} failed: {result.stderr.strip()}"
-            )
         return target
 
     # -- steps ------------------------------------------------------------

@@ -252,17 +252,11 @@ class LocalPostgres:
         if self._process is None or self.bin_dir is None:
             raise RuntimeError(f"{self!r} is not started: there is no database to dump")
         target = Path(path)
-        result = subprocess.run(
+        processes.run_dump(
             [str(self.bin_dir / "pg_dump"), "--dbname", self.conninfo, "--file", str(target)],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=300,
+            PostgresDumpError,
+            f"pg_dump of {self.database} to {target}",
         )
-        if result.returncode != 0:
-            raise PostgresDumpError(
-                f"pg_dump of {self.database} to {target} failed: {result.stderr.strip()}"
-            )
         return target
 
     # -- steps ------------------------------------------------------------

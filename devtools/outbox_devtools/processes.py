@@ -116,6 +116,16 @@ def wait_until(condition: Callable[[], bool], timeout_seconds: float, step: floa
         time.sleep(step)
 
 
+def run_dump(argv: Sequence[str], error: type[Exception], what: str) -> None:
+    """Run a database's dump tool (``pg_dump``, ``mariadb-dump``) to its end; ``error``
+    naming ``what`` with the tool's own words if it failed."""
+    result = subprocess.run(
+        list(argv), stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300
+    )
+    if result.returncode != 0:
+        raise error(f"{what} failed: {result.stderr.strip()}")
+
+
 def log_tail(log_path: Path, lines: int = 40) -> str:
     """The end of a server log, for error messages that explain a failed start."""
     try:
