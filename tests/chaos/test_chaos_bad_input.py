@@ -35,6 +35,8 @@ def _chaos(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
         (["--half-leader-kills=-1"], "OUTBOX_CHAOS_HALF_LEADER_KILLS"),
         (["--coordinator-kills=-1"], "OUTBOX_CHAOS_COORDINATOR_KILLS"),
         (["--kafka-outages=-1"], "OUTBOX_CHAOS_KAFKA_OUTAGES"),
+        (["--drain-freezes=-1"], "OUTBOX_CHAOS_DRAIN_FREEZES"),
+        (["--database=oracle"], "OUTBOX_CHAOS_DATABASE"),
     ],
 )
 def test_out_of_range_values_are_one_error_naming_the_setting(args, named):
