@@ -74,12 +74,13 @@ def test_more_replicas_than_brokers_is_a_one_line_error(kafka_bootstrap, unique_
     assert "min.insync" in created.stdout
 
 
-def test_unreachable_broker_fails_in_bounded_time():
-    started = time.monotonic()
+def test_unreachable_broker_fails_after_its_connect_timeout():
+    """One error naming the address and the 10 s it was tried for: given up, not retried
+    until the helper's own 120 s ran out."""
     result = outbox("topics", "describe", "--bootstrap", "127.0.0.1:1")
     assert result.returncode == 1
-    assert "cannot reach Kafka" in result.stderr
-    assert time.monotonic() - started < 60
+    assert "cannot reach Kafka at 127.0.0.1:1 within 10s" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 @pytest.mark.parametrize(
