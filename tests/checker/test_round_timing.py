@@ -25,8 +25,11 @@ from tests.producer.conftest import OutboxTopics
 
 pytestmark = pytest.mark.kafka
 
-INTERVAL_SECONDS = 120.0
+INTERVAL_SECONDS = 600.0
 """Longer than any wait below: only an early round can ask within them."""
+
+PATIENCE_SECONDS = 300.0
+"""How long a check is waited for: "it never came", and still half an interval."""
 
 TIMEOUT_SECONDS = 2.0
 """The transaction timeout: a half is due this long after it was stored."""
@@ -66,10 +69,10 @@ def test_a_half_stored_after_a_round_is_asked_about_once_it_is_due(outbox_topics
             outbox_topics,
             pending_half(outbox_topics, "late", age_seconds=0).to_record(outbox_topics.names, 0),
         )
-        written = time.monotonic()
-        wait_for(lambda: _asked(outbox_topics)["late"] >= 1, 30, "a check of the late half")
-        waited = time.monotonic() - written
-    assert waited < INTERVAL_SECONDS / 4, f"asked {waited:.1f}s after it was written"
+        # Asked before the next interval's round could come: an early round asked it.
+        wait_for(
+            lambda: _asked(outbox_topics)["late"] >= 1, PATIENCE_SECONDS, "a check of the late half"
+        )
 
 
 def test_an_early_round_asks_again_only_after_a_check_interval(outbox_topics: OutboxTopics):
@@ -79,7 +82,11 @@ def test_an_early_round_asks_again_only_after_a_check_interval(outbox_topics: Ou
             outbox_topics,
             pending_half(outbox_topics, "first", age_seconds=0).to_record(outbox_topics.names, 0),
         )
-        wait_for(lambda: _asked(outbox_topics)["first"] >= 1, 30, "a check of the first half")
+        wait_for(
+            lambda: _asked(outbox_topics)["first"] >= 1,
+            PATIENCE_SECONDS,
+            "a check of the first half",
+        )
         # Young halves keep coming on the same partition: each brings an early round,
         # and each early round meets the first half's put-back copy.
         for index in range(3):
