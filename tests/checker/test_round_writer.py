@@ -44,10 +44,13 @@ def chunk_of(half: HalfRecord, checkpoint: int) -> RoundChunk:
 def new_writer(
     t: OutboxTopics,
     producer_factory: Callable[[dict[str, Any]], Producer] = Producer,
-    timeout: float = 1.0,
+    timeout: float = 10.0,
+    **options: Any,
 ) -> RoundWriter:
-    """A writer with a 1 s timeout unless told (its watchdog gives up after three); a fresh
-    broker may still be loading its transaction coordinator, which is retriable."""
+    """A writer with a 10 s timeout unless told (its watchdog gives up after three: 30 s, so
+    a chunk on a loaded runner is not abandoned); a fresh broker may still be loading its
+    transaction coordinator, which is retriable.
+    ``options``: the writer's other knobs (``transaction_timeout_ms``)."""
     deadline = time.monotonic() + 60
     while True:
         try:
@@ -58,6 +61,7 @@ def new_writer(
                 TopicCatalog(AdminClient(t.client_config), 10.0),
                 timeout=timeout,
                 producer_factory=producer_factory,
+                **options,
             )
         except KafkaUnavailableError:
             if time.monotonic() > deadline:
@@ -68,13 +72,13 @@ def new_writer(
 def test_an_abandoned_chunk_does_not_abort_the_next_one(outbox_topics: OutboxTopics):
     t = outbox_topics
     ensure_check_topic(t)
-    writer = new_writer(t)
+    writer = new_writer(t, timeout=5.0)  # the stuck chunk is abandoned after 15 s
     group = Consumer({**t.client_config, "group.id": f"{t.names.prefix}.checker"})
     metadata = group.consumer_group_metadata()
     release_stuck, next_in_transaction, stuck_recovered = (threading.Event() for _ in range(3))
 
     def stuck_database(*_: object) -> list[OutgoingRecord]:
-        release_stuck.wait(60)
+        release_stuck.wait(120)
         return []
 
     with pytest.raises(KafkaUnavailableError, match="abandoned"):
@@ -157,9 +161,10 @@ def test_a_chunk_waiting_on_its_group_coordinator_holds_back_no_half(
     partition's last stable offset, and the relay, reading committed, could publish none of
     the halves stored behind it (5.1 s after an outage, in a suite run). So the offsets go
     first, before any copy is written; a half stored meanwhile is readable at once. (The
-    watchdog is held off for the test: the wait here is the test's, released by it.)"""
+    watchdog, the client timeouts and the transaction timeout are all made longer than
+    the test's wait, 10 min: nothing but the order of the writes can free the half.)"""
     t = outbox_topics
-    monkeypatch.setattr(round_writer, "OFFSETS_DEADLINE_SECONDS", 60.0)
+    monkeypatch.setattr(round_writer, "OFFSETS_DEADLINE_SECONDS", 600.0)
     ensure_check_topic(t)
     waiting, release = threading.Event(), threading.Event()
 
@@ -169,10 +174,12 @@ def test_a_chunk_waiting_on_its_group_coordinator_holds_back_no_half(
         def send_offsets_to_transaction(self, *args: Any) -> None:
             if not waiting.is_set():
                 waiting.set()
-                release.wait(30)
+                release.wait(600)
             super().send_offsets_to_transaction(*args)
 
-    writer = new_writer(t, producer_factory=SlowCoordinator, timeout=10.0)
+    writer = new_writer(
+        t, producer_factory=SlowCoordinator, timeout=200.0, transaction_timeout_ms=600_000
+    )
     group = Consumer({**t.client_config, "group.id": f"{t.names.prefix}.checker"})
     outcome: list[ChunkResult | BaseException] = []
 
@@ -192,7 +199,8 @@ def test_a_chunk_waiting_on_its_group_coordinator_holds_back_no_half(
         assert waiting.wait(30), "the chunk never sent its offsets"
         time.sleep(0.5)  # past linger.ms: a copy produced before the offsets is on the broker
         ((_, stored_at),) = write(t, pending_half(t, "behind").to_record(t.names, 0))
-        seen = read_committed_record(t, t.names.half, 0, stored_at, within=3.0)
+        # While the chunk still waits: a half held back would stay unreadable until release.
+        seen = read_committed_record(t, t.names.half, 0, stored_at, within=120.0)
     finally:
         release.set()
         chunk.join(60)
