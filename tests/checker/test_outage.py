@@ -37,8 +37,9 @@ from tests.producer.conftest import OutboxTopics
 
 pytestmark = pytest.mark.kafka
 
-CHUNK_AFTER_RETURN_SECONDS = 20.0
-"""How long a chunk caught by a broker restart may still run once the broker is back."""
+LONG_WRITER_TIMEOUT = 200.0
+"""The round writer's client timeout where a test tells "over" from "waited out": its
+retries and its watchdog then last three of them (600 s), far past any wait here."""
 
 
 @dataclass
@@ -53,7 +54,9 @@ class _Running:
 
 
 @contextmanager
-def _running_checker(broker, prefix: str, **settings) -> Iterator[_Running]:
+def _running_checker(
+    broker, prefix: str, writer_timeout: float = 30.0, **settings
+) -> Iterator[_Running]:
     """A checker on its own thread over fresh outbox topics, one half already pending."""
     names = TopicNames(prefix)
     topics = OutboxTopics(broker.bootstrap_servers, names, f"{prefix}-events")
@@ -72,6 +75,7 @@ def _running_checker(broker, prefix: str, **settings) -> Iterator[_Running]:
             **settings,
         ),
         clock=clock,
+        writer_timeout=writer_timeout,
     )
     loop = threading.Thread(target=checker.run, daemon=True)
     loop.start()
@@ -278,23 +282,28 @@ def test_health_turns_bad_while_rounds_fail(own_kafka_broker):
         assert checker.is_ready()
 
 
-GRACE_PERIOD_SECONDS = 30.0
-"""Kubernetes' default terminationGracePeriodSeconds: a replica still running past it is
-SIGKILLed, and SIGTERM is what a rolling update sends while the brokers may be away."""
+STOP_PATIENCE_SECONDS = 300.0
+"""Kubernetes SIGKILLs a replica still running 30 s (terminationGracePeriodSeconds) after
+SIGTERM, which a rolling update sends while the brokers may be away. How soon it exits is
+measured in ``make chaos``; here the retries it must not wait out last 600 s."""
 
 
-def test_a_stopped_checker_exits_within_a_pod_grace_period_while_the_broker_is_down(
+def test_a_stopped_checker_exits_without_waiting_out_its_retries_while_the_broker_is_down(
     own_kafka_broker,
 ):
     """Told to stop while its broker is gone, the checker retried its transactional
-    producer's start for three client timeouts (90 s) and its relay's as long: minutes."""
-    with _running_checker(own_kafka_broker, "stopping") as running:
+    producer's start for three client timeouts (90 s) and its relay's as long: minutes.
+    Its client timeout is made long here (600 s of retries): an exit before it is a stop
+    that ended the retries."""
+    with _running_checker(
+        own_kafka_broker, "stopping", writer_timeout=LONG_WRITER_TIMEOUT
+    ) as running:
         own_kafka_broker.stop()
         time.sleep(5)  # the loop meets the outage and backs off; the relay is failing too
         started = time.monotonic()
         running.stopped = True
         running.checker.stop()
-        running.loop.join(GRACE_PERIOD_SECONDS)
+        running.loop.join(STOP_PATIENCE_SECONDS)
         took = time.monotonic() - started
         exited = not running.loop.is_alive()
         if not exited:
@@ -304,7 +313,7 @@ def test_a_stopped_checker_exits_within_a_pod_grace_period_while_the_broker_is_d
 
 
 @pytest.mark.parametrize("stage", ["send_offsets_to_transaction", "flush", "commit_transaction"])
-def test_a_chunk_caught_by_a_broker_restart_is_over_soon_after_the_broker_returns(
+def test_a_chunk_caught_by_a_broker_restart_is_over_once_the_broker_returns(
     own_kafka_broker, stage: str
 ):
     """A round chunk whose Kafka transaction was open when its broker restarted holds the
@@ -342,7 +351,10 @@ def test_a_chunk_caught_by_a_broker_restart_is_over_soon_after_the_broker_return
             self._stage("commit_transaction", *args)
 
     with running_checker(
-        topics, SkewedClock(60), producer_factory=RestartedAtItsOffsets
+        topics,
+        SkewedClock(60),
+        producer_factory=RestartedAtItsOffsets,
+        writer_timeout=LONG_WRITER_TIMEOUT,  # a chunk waited out would take 600 s
     ) as checker:
         outcome: list[object] = []
 
@@ -359,29 +371,27 @@ def test_a_chunk_caught_by_a_broker_restart_is_over_soon_after_the_broker_return
         stopped.set()
         time.sleep(5)
         own_kafka_broker.start()
-        back = time.monotonic()
-        walking.join(120)
-        took = time.monotonic() - back
+        walking.join(300)  # far below the watchdog's 600 s: over, not waited out
     assert outcome, "the round never ended"
-    assert took <= CHUNK_AFTER_RETURN_SECONDS, f"the chunk ended {took:.0f}s after the return"
 
 
-RELAY_BACK_SECONDS = 5.0
-"""How soon after the broker's return a commit written then must be published: the relay
-rejoins at once (a static member) and its first transaction must not wait out a hang.
-
-About 1.2 s on a quiet machine, 2-3 s with both cores busy, 5-7 s beside four busy loops
-(the broker itself then takes 45 s to start). A round chunk can hang too, in its
-``send_offsets_to_transaction`` until its watchdog abandons it after 5 s; it sends its
-offsets before it writes any record, so that hang holds no half back from the relay
-(``test_round_writer.py``). It did, before: 5.1 s in a fresh-clone suite run."""
-
-
-def test_the_relay_publishes_soon_after_an_outage_longer_than_its_session(own_kafka_broker, caplog):
+def test_the_relay_publishes_after_an_outage_longer_than_its_session_with_none_hung(
+    own_kafka_broker, caplog
+):
     """librdkafka keeps a decommissioned broker as a producer's group coordinator after an
     outage (confluentinc/librdkafka#5511): the relay's first ``send_offsets_to_transaction``
     then waits until its deadline abandons it (5 s). Its first transaction after a failure or
-    a lost assignment must run on a fresh producer instead."""
+    a lost assignment must run on a fresh producer instead.
+
+    How soon after the broker's return a commit written then is published (``make chaos``
+    measures it; this test asserts no relay transaction hung): the relay rejoins at once (a
+    static member) and its first transaction must not wait out a hang.
+
+    About 1.2 s on a quiet machine, 2-3 s with both cores busy, 5-7 s beside four busy loops
+    (the broker itself then takes 45 s to start). A round chunk can hang too, in its
+    ``send_offsets_to_transaction`` until its watchdog abandons it after 5 s; it sends its
+    offsets before it writes any record, so that hang holds no half back from the relay
+    (``test_round_writer.py``). It did, before: 5.1 s in a fresh-clone suite run."""
     from tests.checker.test_relay_recovery import commit_in_every_partition, published
 
     timeouts = {"session.timeout.ms": "6000", "heartbeat.interval.ms": "1000"}
@@ -400,14 +410,11 @@ def test_the_relay_publishes_soon_after_an_outage_longer_than_its_session(own_ka
         own_kafka_broker.stop()
         time.sleep(10)  # past the session: the relay loses its assignment
         own_kafka_broker.start()
-        back = time.monotonic()
         after = commit_in_every_partition(topics, "after")
-        wait_for(lambda: after <= published(topics), 60, "the commits written after the return")
-        took = time.monotonic() - back
+        wait_for(lambda: after <= published(topics), 180, "the commits written after the return")
     stuck = [
         r.getMessage()
         for r in caplog.records
         if r.name == "outbox_checker.relay" and "stuck in" in r.getMessage()
     ]
     assert not stuck, f"a relay transaction hung after the outage: {stuck}"
-    assert took < RELAY_BACK_SECONDS, f"published {took:.1f}s after the broker's return"
