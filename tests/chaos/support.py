@@ -63,7 +63,7 @@ def clean_verdict(
         rf"chaos: seed={seed} transactions=(?P<transactions>\d+) committed=(?P<committed>\d+) "
         r"lost=0 phantom=0 duplicates_in_sink=0 "
         rf"raw_duplicates=(?P<raw_duplicates>{raw_duplicates}) pending=0 orphans_published=0 "
-        r"publication_stall_s=[\d.]+ writable_stall_s=[\d.]+" + tail,
+        r"publication_stall_s=[\d.]+ writable_stall_s=[\d.]+ owned_stall_s=[\d.]+" + tail,
         last,
     )
     assert found, f"{last}\n{failure_report(result)}"

@@ -1,5 +1,6 @@
 """The chaos verdict catches each kind of violation it reports (topics given as decoded state)."""
 
+import subprocess
 from collections import Counter
 
 from outbox.protocol import OpRecord, Resolution
@@ -10,6 +11,7 @@ from outbox_devtools.chaos.verdict import (
     longest_gap_seconds,
     publication_stalls,
 )
+from tests.chaos.support import clean_verdict
 
 
 def _op(
@@ -40,6 +42,15 @@ def test_a_clean_run_has_no_failures():
         "raw_duplicates=0 pending=0 orphans_published=0"
     )
     assert verdict.rolled_back == 1
+
+
+def test_the_stall_figures_close_the_line_in_the_order_the_suite_reads_them():
+    """The figures are measures, not invariants: the suite's runs read past them."""
+    verdict = judge(1, {"t1"}, _state(), Counter({"t1": 1}))
+    verdict.publication_stall_s, verdict.writable_stall_s, verdict.owned_stall_s = 7.04, 5.5, 6
+    line = verdict.line()
+    assert line.endswith("publication_stall_s=7.0 writable_stall_s=5.5 owned_stall_s=6.0")
+    assert clean_verdict(subprocess.CompletedProcess([], 0, line + "\n", ""), 1)
 
 
 def test_a_committed_transaction_missing_from_the_sink_is_lost():

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from outbox_devtools.chaos.writability import (
     PartitionState,
+    concerned_partitions,
+    coordinator_partition,
     unwritable_intervals,
     unwritable_reason,
 )
@@ -50,3 +52,32 @@ def test_unwritable_stretches_run_from_the_first_bad_sample_to_the_next_good_one
     assert unwritable_intervals(samples) == [(1.25, 1.75), (2.0, 2.0)]
     assert unwritable_intervals([(1.0, True), (1.25, True)]) == []
     assert unwritable_intervals([]) == []
+
+
+def test_a_coordinator_partition_is_the_one_kafka_hashes_the_key_to():
+    """Kafka's ``Utils.abs(key.hashCode()) % partitions``, as Java 17 computes it: overflow,
+    the one hash whose absolute value overflows too, and UTF-16 code units."""
+    assert [
+        coordinator_partition(key, 50)
+        for key in (
+            "hello",
+            "chaos.checker.relay",
+            "chaos.checker.relay.checker-1",
+            "polygenelubricants",  # hashCode() == Integer.MIN_VALUE
+            "ünïcode-é",
+        )
+    ] == [22, 22, 9, 0, 42]
+
+
+def test_only_the_coordinators_partitions_of_an_internal_topic_concern_the_relay():
+    """A leaderless partition of ``__consumer_offsets`` that coordinates no group of the
+    relay's takes none of its writes: the stall then is ours, not Kafka's."""
+    theirs = PartitionState("__consumer_offsets", 3, leader=-1, in_sync=frozenset())
+    ours = PartitionState("__consumer_offsets", 22, leader=-1, in_sync=frozenset())
+    real = PartitionState("real", 0, leader=1, in_sync=frozenset({1}))
+    keys = {"__consumer_offsets": ("chaos.checker.relay",)}
+    counts = {"__consumer_offsets": 50, "real": 1}
+    assert concerned_partitions([theirs, real], keys, counts) == [real]
+    assert concerned_partitions([theirs, ours, real], keys, counts) == [ours, real]
+    assert concerned_partitions([theirs, real], {}, counts) == [theirs, real]
+    assert concerned_partitions([theirs, real], keys, {}) == [theirs, real]  # count unknown

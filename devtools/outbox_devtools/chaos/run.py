@@ -43,7 +43,7 @@ from outbox.producer import TransactionProducer
 from outbox.protocol import TopicNames
 from outbox.sql import create_engine
 from outbox.sql.log import DEFAULT_TABLE, transaction_log_table
-from outbox_checker.names import relay_transactional_id
+from outbox_checker.names import relay_group, relay_transactional_id
 from outbox_checker.parked import read_parked
 from outbox_devtools.chaos.database import ChaosDatabase
 from outbox_devtools.chaos.discard_cycle import MUTE_GROUP, DiscardCycle
@@ -138,6 +138,8 @@ class FaultEvent:
     """Longest of the run's publication stalls (while publication was possible) touching it."""
     writable_stall: float | None = None
     """The same, counted only while Kafka could also take the relay's writes."""
+    owned_stall: float | None = None
+    """The same, with Kafka writable on the partitions the relay's transactions concern."""
     cut: Cut | None = None
     """A network partition under way: healed, not restarted, when the down time is over."""
     cut_nodes: tuple[int, ...] = ()
@@ -1110,13 +1112,16 @@ def _run_phases(
     blocked = _publication_blocked(cluster)
     stalls = publication_stalls(state, blocked)
     writable_stalls = publication_stalls(state, blocked + monitor.unwritable())
+    owned_stalls = publication_stalls(state, blocked + monitor.unwritable(concerned_only=True))
     for event in cluster.events:
         if event.outcome is None:
             event.possible_stall = _longest_touching(event, stalls)
             event.writable_stall = _longest_touching(event, writable_stalls)
+            event.owned_stall = _longest_touching(event, owned_stalls)
     verdict = judge(settings.seed, committed, state, rows)
     verdict.publication_stall_s = max((e - s for s, e in stalls), default=0.0)
     verdict.writable_stall_s = max((e - s for s, e in writable_stalls), default=0.0)
+    verdict.owned_stall_s = max((e - s for s, e in owned_stalls), default=0.0)
     verdict.orphaned_attempts = state.orphaned_attempts
     verdict.slow_commits = _slow_commits(url)
     counts = cluster.counts
@@ -1148,6 +1153,13 @@ def _writability_monitor(cluster: Cluster, settings: ChaosSettings) -> Writabili
         written_topics=(REAL_TOPIC,),
         min_in_sync=int(replication_properties(settings.brokers)["min.insync.replicas"]),
         down_nodes=down_nodes,
+        coordinator_keys={
+            "__consumer_offsets": (relay_group(CHECKER_GROUP),),
+            "__transaction_state": tuple(
+                relay_transactional_id(CHECKER_GROUP, checker.instance_id)
+                for checker in cluster.checkers
+            ),
+        },
     )
 
 
@@ -1210,6 +1222,7 @@ def _report(
         "publication stalled",
         "while possible",
         "while writable",
+        "ours",
     )
     for column in columns:
         faults.add_column(column, justify="right")
@@ -1222,6 +1235,7 @@ def _report(
             f"{event.stall:.1f}s" if event.stall is not None else "-",
             f"{event.possible_stall:.1f}s" if event.possible_stall is not None else "-",
             f"{event.writable_stall:.1f}s" if event.writable_stall is not None else "-",
+            f"{event.owned_stall:.1f}s" if event.owned_stall is not None else "-",
         )
     console.print(faults)
     table = Table(title=f"chaos run, seed {verdict.seed} ({seconds:.0f}s)")

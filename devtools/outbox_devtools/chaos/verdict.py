@@ -235,6 +235,10 @@ class Verdict:
     """The longest of the :func:`publication_stalls`: a measure, not an invariant."""
     writable_stall_s: float | None = None
     """The same, counted only while Kafka could take the relay's writes (leaders, in sync)."""
+    owned_stall_s: float | None = None
+    """The same, with Kafka writable on the partitions the relay's transactions concern (its
+    coordinators', not every internal partition) and a checker replica running, unfrozen
+    and connected: the pause that is the outbox's own."""
     failed_sends: int = 0
     """Sends that raised (as the producers last reported: a killed one's last half second is
     not counted): without parking, what a Kafka outage costs the service."""
@@ -282,6 +286,7 @@ class Verdict:
                 if self.writable_stall_s is not None
                 else ""
             )
+            + (f" owned_stall_s={self.owned_stall_s:.1f}" if self.owned_stall_s is not None else "")
             + (
                 f" parked_sends={self.parked_sends}"
                 f" failed_sends_kafka_away={self.failed_sends_kafka_away}"
