@@ -7,6 +7,10 @@ servers; else testcontainers where a Docker engine answers; else local processes
 (see :mod:`outbox_devtools`). A test that needs one and cannot get it fails, never skips.
 """
 
+import os
+
+from outbox_devtools.kafka import QUICK_JIT_VARIABLE
+
 pytest_plugins = [
     "outbox_devtools.testing",
     "tests.fixtures.kafka",
@@ -15,3 +19,10 @@ pytest_plugins = [
     "tests.scheduling",
     "pytester",
 ]
+
+
+def pytest_configure(config) -> None:
+    """The suite's local brokers compile with the quick JIT only (see
+    :data:`outbox_devtools.kafka.QUICK_JIT_VARIABLE`): its brokers live seconds to minutes.
+    Set here, it reaches every worker and every process a test starts (``outbox chaos``)."""
+    os.environ.setdefault(QUICK_JIT_VARIABLE, "1")

@@ -135,6 +135,12 @@ def test_restart_keeps_address_and_data(own_kafka_broker: LocalKafka) -> None:
     ]
 
 
+def test_the_suites_brokers_compile_with_the_quick_jit_only(own_kafka_broker: LocalKafka) -> None:
+    """tests/conftest.py asks for it; a broker started without the variable has both JITs."""
+    argv = Path(f"/proc/{own_kafka_broker.pid}/cmdline").read_bytes().split(b"\0")
+    assert b"-XX:TieredStopAtLevel=1" in argv
+
+
 def test_kill_then_start_recovers(own_kafka_broker: LocalKafka) -> None:
     broker = own_kafka_broker
     bootstrap = broker.bootstrap_servers
