@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: install kafka-jars demo chaos test lint format clean bench bench-producer bench-checker spark-jars bench-sink bench-parking bench-peer model docs test-cluster test-long test-durations
+.PHONY: install kafka-jars demo chaos test lint format clean bench bench-producer bench-checker spark-jars bench-sink bench-parking bench-peer model docs test-cluster test-long test-durations image
 
 # The library with its test extras, and next to it the developer tooling
 # (devtools/: local runtimes, demo, chaos, pytest plugin), which is not in the
@@ -105,6 +105,16 @@ test-long: kafka-jars spark-jars
 # The three-node failover proofs alone (they run in `make test` too).
 test-cluster: kafka-jars spark-jars
 	$(BIN)/pytest -m cluster_proof
+
+# The checker sidecar's and the sink's images (Dockerfile targets `checker` and `sink`),
+# tagged kafka-outbox-checker:<version> and kafka-outbox-sink:<version>: docker build
+# where a Docker engine answers, else buildah (daemonless) on a Debian bookworm base
+# made with debootstrap; buildah and debootstrap are installed from Debian if missing.
+# Needs no virtualenv (outbox_devtools/images.py is standard library only).
+# `make image IMAGE_TARGETS=checker` builds one; docs/operations.md#container-images.
+IMAGE_TARGETS ?= checker sink
+image:
+	PYTHONPATH=devtools $(PYTHON) -m outbox_devtools.images build $(foreach t,$(IMAGE_TARGETS),--target $(t))
 
 format: install
 	$(BIN)/ruff format .

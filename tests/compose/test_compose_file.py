@@ -1,7 +1,8 @@
 """docker-compose.yml and the Dockerfile agree with each other and with Kafka's rules.
 
-There is no Docker engine in CI to ``docker compose up`` the stack, and a typo
-in a listener or a database URL only shows up there, as a service that hangs
+There is no Docker engine in CI to ``docker compose up`` the stack (the images are
+built and run with buildah in tests/compose/test_images.py, not composed), and a
+typo in a listener or a database URL only shows up there, as a service that hangs
 while connecting. So the file is read as data and cross-checked: each check is
 a function returning its problems, run once on the real file and once on a
 deliberately broken copy, to prove the check can fail.
@@ -25,10 +26,11 @@ from sqlalchemy.engine import make_url
 from outbox.config import env_names
 from outbox.sql import DATABASE_URL_ENV
 from outbox_checker.settings import CheckerSettings
+from outbox_devtools.images import IMAGE_NAMES, project_version
+from tests.compose.dockerfile import Stage, apt_packages, installed_extras, stages_by_name
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yml"
-DOCKERFILE = REPO / "Dockerfile"
 
 KAFKA = "kafka"
 POSTGRES = "postgres"
@@ -221,7 +223,10 @@ def database_url_problems(compose: Compose) -> list[str]:
 
 
 def build_problems(compose: Compose) -> list[str]:
+    """Each outbox service builds a target of the Dockerfile and names it as ``make image``
+    tags it (``kafka-outbox-<target>:<version>``): compose then runs what was built."""
     problems = []
+    targets = stages_by_name()
     for name, service in services(compose).items():
         build = service.get("build")
         if build is None:
@@ -232,9 +237,129 @@ def build_problems(compose: Compose) -> list[str]:
         dockerfile = context / build.get("dockerfile", "Dockerfile")
         if not dockerfile.is_file():
             problems.append(f"{name}: builds from {dockerfile}, which does not exist")
+            continue
+        target = build.get("target")
+        if target not in IMAGE_NAMES or target not in targets:
+            problems.append(f"{name}: builds target {target!r}, not one of {sorted(IMAGE_NAMES)}")
+            continue
+        wanted = f"{IMAGE_NAMES[target]}:{project_version()}"
+        if service.get("image") != wanted:
+            problems.append(f"{name}: image {service.get('image')!r}; target {target} is {wanted}")
     for name in APP_SERVICES:
         if name in services(compose) and "build" not in services(compose)[name]:
             problems.append(f"{name}: does not build the project image")
+    return problems
+
+
+def service_stage(service: dict[str, Any]) -> Stage | None:
+    """The Dockerfile target a service's image is built from (None if it builds none)."""
+    build = service.get("build")
+    target = build.get("target") if isinstance(build, dict) else None
+    return stages_by_name().get(target) if target else None
+
+
+COMMAND_EXTRAS = {"sink": {"spark"}}
+"""The library's extras an ``outbox`` sub-command imports when it runs (``outbox sink``
+starts pyspark); the others need none beyond the postgres driver."""
+COMMAND_DEBIAN_PACKAGES = {"sink": {"openjdk-17-jre-headless"}}
+"""What a sub-command needs from Debian: pyspark's JVM."""
+
+
+def _outbox_command_problems(name: str, args: list[str], stage: Stage) -> list[str]:
+    """``outbox ARGS`` parsed by the real command line (nothing runs), and what the
+    sub-command needs installed in the image."""
+    import typer
+
+    from outbox_cli import app
+
+    command: Any = typer.main.get_command(app)
+    path: list[str] = []
+    rest = list(args)
+    while hasattr(command, "get_command") and rest and not rest[0].startswith("-"):
+        context = command.make_context("outbox", [], resilient_parsing=True)
+        sub = command.get_command(context, rest[0])
+        if sub is None:
+            return [f"{name}: `outbox {' '.join(path + rest[:1])}` is no command of the image"]
+        path.append(rest.pop(0))
+        command = sub
+    if not path:
+        return [f"{name}: `outbox {' '.join(args)}` names no sub-command"]
+    try:
+        command.make_context(" ".join(path), rest)
+    except Exception as exc:  # click's usage errors (typer ships its own click)
+        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+        return [f"{name}: `outbox {' '.join(args)}`: {message}"]
+    problems = []
+    missing = COMMAND_EXTRAS.get(path[0], set()) - installed_extras(stage)
+    if missing:
+        problems.append(
+            f"{name}: `outbox {path[0]}` needs the {sorted(missing)} extra, which image target"
+            f" {stage.name} does not install"
+        )
+    packages = COMMAND_DEBIAN_PACKAGES.get(path[0], set()) - set(apt_packages(stage.all_lines()))
+    if packages:
+        problems.append(f"{name}: `outbox {path[0]}` needs {sorted(packages)} in {stage.name}")
+    return problems
+
+
+def entrypoint_problems(compose: Compose) -> list[str]:
+    """Each outbox service's command, as the engine joins it to its image's entry point.
+
+    A service without an ``entrypoint`` gets the image's (``tini -- outbox``), and its
+    ``command`` then goes to ``outbox``: the real command line parses it, and the image
+    must install what that sub-command imports (the sink needs pyspark and a JRE, which
+    the checker image leaves out). A service that sets its own entry point runs a script
+    that must be in the image's working directory or on a volume mounted there."""
+    problems = []
+    for name in APP_SERVICES:
+        service = services(compose).get(name, {})
+        stage = service_stage(service)
+        if stage is None:
+            continue  # build_problems says so
+        if stage.entrypoint is None:
+            problems.append(f"{name}: image target {stage.name} has no ENTRYPOINT")
+            continue
+        own = service.get("entrypoint")
+        command = service.get("command")
+        if own is None:
+            argv = [*stage.entrypoint, *(command if command is not None else stage.cmd or [])]
+        else:
+            argv = [*own, *(command or [])]
+        argv = [str(part) for part in argv]
+        if argv[:3] == ["tini", "--", "outbox"]:
+            problems += _outbox_command_problems(name, argv[3:], stage)
+        elif argv[:1] == ["python"] and len(argv) > 1:
+            script = argv[1]
+            workdir = (stage.workdir or "/").rstrip("/")
+            mounted = [
+                target
+                for target in _mount_targets(service)
+                if f"{workdir}/{script}".startswith(f"{target}/")
+            ]
+            if not mounted:
+                problems.append(
+                    f"{name}: runs {script}, which image target {stage.name} does not carry"
+                    f" and no volume mounts under {workdir}"
+                )
+        else:
+            problems.append(f"{name}: runs {argv!r}, neither `outbox` nor a Python script")
+        if stage.user in (None, "root", "0"):
+            problems.append(f"{name}: image target {stage.name} runs as root")
+    return problems
+
+
+def healthcheck_problems(compose: Compose) -> list[str]:
+    """A service whose image has a HEALTHCHECK probes as the image does (compose's
+    ``healthcheck`` replaces the image's: two spellings would drift apart)."""
+    problems = []
+    for name in APP_SERVICES:
+        service = services(compose).get(name, {})
+        stage = service_stage(service)
+        if stage is None or stage.healthcheck is None:
+            continue
+        test = (service.get("healthcheck") or {}).get("test")
+        if test is not None and test != stage.healthcheck:
+            problems.append(f"{name}: healthcheck {test!r} is not the image's {stage.healthcheck}")
     return problems
 
 
@@ -319,10 +444,11 @@ def checker_problems(compose: Compose) -> list[str]:
         problems.append(f"checker: OUTBOX_HTTP_ADDRESS {address!r} is not reachable off-container")
     test = (checker.get("healthcheck") or {}).get("test") or []
     probe = " ".join(test) if isinstance(test, list) else str(test)
-    if f":{port}/healthz" not in probe:
+    # image/healthcheck.py asks /healthz on OUTBOX_HTTP_ADDRESS's port, whatever it is.
+    if f":{port}/healthz" not in probe and probe != "CMD outbox-healthcheck":
         problems.append(f"checker: healthcheck {probe!r} does not hit /healthz on port {port}")
     if "curl" in probe or "wget" in probe:
-        problems.append("checker: healthcheck uses curl/wget, which python:3.11-slim lacks")
+        problems.append("checker: healthcheck uses curl/wget, which the checker image lacks")
     reads = _command_variables("checker") | {
         variable for field in CheckerSettings.model_fields
         for variable in env_names(CheckerSettings, field)
@@ -453,6 +579,8 @@ CHECKS: list[Callable[[Compose], list[str]]] = [
     dependency_problems,
     database_url_problems,
     build_problems,
+    entrypoint_problems,
+    healthcheck_problems,
     single_node_kafka_problems,
     topic_prefix_problems,
     checker_problems,
@@ -519,6 +647,18 @@ def _wait_for_completion(name: str, target: str) -> Callable[[Compose], None]:
 def _set(name: str, key: str, value: Any) -> Callable[[Compose], None]:
     def mutate(compose: Compose) -> None:
         services(compose)[name][key] = value
+
+    return mutate
+
+
+PORT_9464_PROBE = "import urllib.request; urllib.request.urlopen('http://127.0.0.1:9464/healthz')"
+"""A probe that names its port: right only while the checker listens there."""
+
+
+def _both(*mutations: Callable[[Compose], None]) -> Callable[[Compose], None]:
+    def mutate(compose: Compose) -> None:
+        for mutation in mutations:
+            mutation(compose)
 
     return mutate
 
@@ -604,6 +744,48 @@ BREAKAGES: list[tuple[str, Callable[[Compose], list[str]], Callable[[Compose], N
     ),
     ("no Dockerfile", build_problems, _build_from("demo", "./nowhere"), "does not exist"),
     (
+        "an image name that is not the target's",
+        build_problems,
+        _set("checker", "image", "kafka-outbox-sink:0.1.0"),
+        "target checker is kafka-outbox-checker",
+    ),
+    (
+        "a target the Dockerfile lacks",
+        build_problems,
+        _set("checker", "build", {"context": ".", "target": "runtime-typo"}),
+        "runtime-typo",
+    ),
+    (
+        "the sink on the checker image",
+        entrypoint_problems,
+        _set("spark-sink", "build", {"context": ".", "target": "checker"}),
+        "needs the ['spark'] extra",
+    ),
+    (
+        "a sub-command the image has not",
+        entrypoint_problems,
+        _set("checker", "command", ["chekcer"]),
+        "chekcer",
+    ),
+    (
+        "a flag the sub-command has not",
+        entrypoint_problems,
+        _set("topics-init", "command", ["topics", "create", "--partition", "8"]),
+        "--partition",
+    ),
+    (
+        "the demo's script not mounted",
+        entrypoint_problems,
+        _set("demo", "volumes", []),
+        "does not carry",
+    ),
+    (
+        "a healthcheck that is not the image's",
+        healthcheck_problems,
+        _set("checker", "healthcheck", {"test": ["CMD", "true"]}),
+        "not the image's",
+    ),
+    (
         "three replicas",
         single_node_kafka_problems,
         _set_env("kafka", "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR", "3"),
@@ -642,7 +824,10 @@ BREAKAGES: list[tuple[str, Callable[[Compose], list[str]], Callable[[Compose], N
     (
         "probe on another port",
         checker_problems,
-        _set_env("checker", "OUTBOX_HTTP_ADDRESS", "0.0.0.0:9999"),
+        _both(
+            _set_env("checker", "OUTBOX_HTTP_ADDRESS", "0.0.0.0:9999"),
+            _set("checker", "healthcheck", {"test": ["CMD", "python", "-c", PORT_9464_PROBE]}),
+        ),
         "/healthz on port 9999",
     ),
     (
@@ -722,23 +907,22 @@ def test_checks_catch_a_broken_copy(
     assert any(mentions in problem for problem in problems), problems
 
 
-def test_dockerfile_builds_the_cli_image_as_a_non_root_user() -> None:
-    instructions = [
-        line.strip()
-        for line in DOCKERFILE.read_text().splitlines()
-        if line.strip() and not line.lstrip().startswith("#")
-    ]
-    assert re.fullmatch(r"FROM python:3\.11-slim-[a-z]+", instructions[0]), instructions[0]
-    assert any(re.search(r"pip install [\"']?\.\[postgres,spark\]", line) for line in instructions)
-    assert any("openjdk-17-jre-headless" in line for line in instructions)
-    users = [line.split(None, 1)[1] for line in instructions if line.startswith("USER ")]
-    assert users, "the image would run as root"
-    assert users[-1].split(":")[0] not in {"root", "0"}
+def test_each_image_target_runs_outbox_under_tini_as_a_non_root_user() -> None:
+    targets = stages_by_name()
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
-    assert 'ENTRYPOINT ["outbox"]' in instructions
-    # The demo service runs examples/order_service.py from the source tree in /app.
-    assert {"WORKDIR /app", "COPY . ."} <= set(instructions)
     assert "outbox" in scripts
+    for target in IMAGE_NAMES:
+        stage = targets[target]
+        assert stage.entrypoint == ["tini", "--", "outbox"], (target, stage.entrypoint)
+        assert stage.user not in (None, "root", "0"), f"{target} would run as root"
+        assert "tini" in apt_packages(stage.all_lines())
+        assert stage.copied_from("/opt/outbox") is not None, f"{target} copies in no venv"
+    assert installed_extras(targets["checker"]) == {"postgres"}
+    assert installed_extras(targets["sink"]) == {"postgres", "spark"}
+    assert "openjdk-17-jre-headless" not in apt_packages(targets["checker"].all_lines())
+    assert "openjdk-17-jre-headless" in apt_packages(targets["sink"].all_lines())
+    assert targets["checker"].healthcheck == ["CMD", "outbox-healthcheck"]
+    assert targets["checker"].cmd == ["checker"]
 
 
 def test_dockerignore_keeps_what_pip_install_needs() -> None:
@@ -750,7 +934,7 @@ def test_dockerignore_keeps_what_pip_install_needs() -> None:
     needed = {
         *("pyproject.toml", "README.md", "outbox", "outbox_cli", "checker", "spark_sink"),
         "migrations",
-        "examples",  # the demo service runs examples/order_service.py
+        "image",  # requirements.py and healthcheck.py, which the Dockerfile copies
     }
     assert not needed & ignored
     assert {".git", ".venv"} <= ignored

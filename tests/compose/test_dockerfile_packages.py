@@ -1,6 +1,7 @@
 """Every Debian package the Dockerfile installs exists in the Debian release of its base image.
 
-No Docker engine runs here, so the image is never built in the suite. Its base
+The images are built in the suite with buildah (tests/compose/test_images.py), but
+only on this release; the index check is quick and names the package. Its base
 once floated (``python:3.11-slim``) to a new Debian release that had dropped the
 JRE the file installs, and ``docker compose up --build`` stopped at ``apt-get``.
 So the base must name its release, and each package is looked up in that
@@ -18,22 +19,18 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-DOCKERFILE = REPO / "Dockerfile"
+from outbox_devtools.images import DEBIAN_RELEASE, LOCAL_BASE
+from tests.compose.dockerfile import DOCKERFILE, first_base, instructions, stages
+from tests.compose.dockerfile import apt_packages as dockerfile_apt_packages
+
 APT_SOURCES = (Path("/etc/apt/sources.list.d"), Path("/etc/apt/sources.list"))
 KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 
 
-def instructions(text: str) -> list[str]:
-    """The Dockerfile's instructions, continuation lines joined, comments dropped."""
-    lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
-    return [" ".join(part.split()) for part in "\n".join(lines).replace("\\\n", " ").splitlines()]
-
-
 def debian_release(dockerfile: str) -> str:
     """The Debian codename the base image's tag names (``python:3.11-slim-bookworm``)."""
-    base = next(line for line in instructions(dockerfile) if line.startswith("FROM "))
-    match = re.fullmatch(r"FROM \S+:[\w.]+-slim-([a-z]+)(?: AS \w+)?", base, re.IGNORECASE)
+    base = first_base(dockerfile)
+    match = re.fullmatch(r"\S+:[\w.]+-slim-([a-z]+)", base, re.IGNORECASE)
     if not match:
         raise AssertionError(f"{base!r} does not name a Debian release; a bare tag moves")
     return match[1]
@@ -41,13 +38,7 @@ def debian_release(dockerfile: str) -> str:
 
 def apt_packages(dockerfile: str) -> list[str]:
     """Every package an ``apt-get install`` in a RUN instruction names."""
-    names: list[str] = []
-    for line in instructions(dockerfile):
-        for command in re.split(r"&&|;", line.removeprefix("RUN ")):
-            words = command.split()
-            if words[:2] == ["apt-get", "install"]:
-                names += [word for word in words[2:] if not word.startswith("-")]
-    return names
+    return dockerfile_apt_packages(instructions(dockerfile))
 
 
 def debian_mirror() -> str:
@@ -139,3 +130,18 @@ def test_the_check_finds_the_package_the_floating_base_lost(
 def test_a_base_without_a_release_is_refused(base: str) -> None:
     with pytest.raises(AssertionError, match="does not name a Debian release"):
         debian_release(f"FROM {base}\n")
+
+
+def test_the_base_argument_and_the_local_base_name_one_release() -> None:
+    """``make image`` without a registry builds on LOCAL_BASE: the same Debian release."""
+    dockerfile = DOCKERFILE.read_text()
+    assert debian_release(dockerfile) == DEBIAN_RELEASE
+    assert debian_release(f"ARG BASE={LOCAL_BASE}\nFROM ${{BASE}} AS deps\n") == DEBIAN_RELEASE
+
+
+def test_every_stage_starts_from_the_base_or_an_earlier_stage() -> None:
+    """A stage FROM another image would escape the release check above."""
+    found = stages()
+    base = found[0].base
+    for stage in found:
+        assert stage.parent is not None or stage.base == base, (stage.name, stage.base)
