@@ -178,6 +178,8 @@ def build_local_base(name: str = LOCAL_BASE, *, echo: bool = False) -> bool:
     the apt lists and the downloaded .debs are dropped before it is committed."""
     if buildah_image_exists(name):
         return False
+    started = time.monotonic()
+    log.info("making the base image %s from Debian %s with debootstrap", name, DEBIAN_RELEASE)
     if shutil.which("debootstrap") is None:
         raise ImageBuildError("debootstrap is needed to make the base image (apt-get install it)")
     environment = buildah_env()
@@ -229,6 +231,7 @@ def build_local_base(name: str = LOCAL_BASE, *, echo: bool = False) -> bool:
         )
         _run(["buildah", "commit", "--rm", container, name], "buildah commit", env=environment)
         container = ""
+        log.info("base image %s made in %.0fs", name, time.monotonic() - started)
     finally:
         if container:
             subprocess.run(["buildah", "rm", container], capture_output=True, env=environment)
