@@ -463,13 +463,21 @@ class BuildahContainer:
         return self.process.wait(timeout)
 
     def remove(self) -> None:
-        """Kill what still runs and remove the container (its writable layer)."""
+        """Stop what still runs and remove the container (its writable layer).
+
+        SIGTERM to ``buildah run`` first: it kills its command and removes its scratch
+        directory under :data:`BUILDAH_TMPDIR`, which a SIGKILL would leave behind."""
         if self.process is not None and self.process.poll() is None:
-            for pid in reversed(_descendants(self.process.pid)):
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL)
-            self.process.kill()
-            self.process.wait(30)
+            with contextlib.suppress(OSError):
+                self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                for pid in reversed(_descendants(self.process.pid)):
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, signal.SIGKILL)
+                self.process.kill()
+                self.process.wait(30)
         if self.process is not None and self.process.stdout is not None:
             self.process.stdout.close()
         subprocess.run(["buildah", "rm", self.name], capture_output=True, env=buildah_env())
