@@ -80,18 +80,22 @@ ENV OUTBOX_HTTP_ADDRESS=0.0.0.0:9464
 EXPOSE 9464
 # /healthz is 503 once rounds stall; the probe follows OUTBOX_HTTP_ADDRESS.
 HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=5 CMD ["outbox-healthcheck"]
-USER outbox
-ENTRYPOINT ["tini", "--", "outbox"]
-CMD ["checker"]
 ARG VERSION=0.1.0
 ARG SOURCE=unknown
 ARG REVISION=unknown
+# What the image was built from, in a file too; and the step that makes the labels follow
+# a new revision: buildah's layer cache keys a RUN on the arguments it sees, a LABEL not.
+RUN printf 'version=%s\nsource=%s\nrevision=%s\n' "$VERSION" "$SOURCE" "$REVISION" \
+    > /etc/kafka-outbox-image
 LABEL org.opencontainers.image.title="kafka-outbox-checker" \
       org.opencontainers.image.description="The kafka-outbox checker sidecar: check-backs and the relay" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.source="${SOURCE}" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.licenses="Apache-2.0"
+USER outbox
+ENTRYPOINT ["tini", "--", "outbox"]
+CMD ["checker"]
 
 FROM runtime AS sink
 # Java runs Spark for the sink (pyspark's JVM); Debian's JRE 17.
@@ -101,15 +105,17 @@ RUN apt-get update \
     && mkdir -p /var/lib/outbox-sink && chown outbox:outbox /var/lib/outbox-sink
 COPY --from=sink-venv /opt/outbox /opt/outbox
 # No HEALTHCHECK: the sink serves no HTTP endpoint; a failed query ends the process.
-USER outbox
-ENTRYPOINT ["tini", "--", "outbox"]
-CMD ["sink", "--help"]
 ARG VERSION=0.1.0
 ARG SOURCE=unknown
 ARG REVISION=unknown
+RUN printf 'version=%s\nsource=%s\nrevision=%s\n' "$VERSION" "$SOURCE" "$REVISION" \
+    > /etc/kafka-outbox-image
 LABEL org.opencontainers.image.title="kafka-outbox-sink" \
       org.opencontainers.image.description="The kafka-outbox Spark sink: committed events to a table" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.source="${SOURCE}" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.licenses="Apache-2.0"
+USER outbox
+ENTRYPOINT ["tini", "--", "outbox"]
+CMD ["sink", "--help"]

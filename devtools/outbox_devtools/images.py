@@ -383,9 +383,11 @@ class BuildahContainer:
     buildah's chroot isolation shares the host's network (like ``--network host``) and
     process namespace, and applies the image's user, environment and working directory.
     It runs a command, not the image's entry point, so :meth:`start` runs the image's
-    ``Entrypoint`` + ``Cmd`` exactly as an engine would. Its ``buildah run`` kills the
-    command on SIGTERM rather than passing it on, so :meth:`terminate` signals the entry
-    point's own process (tini, PID 1 under an engine) as an engine's stop would."""
+    ``Entrypoint`` + ``Cmd`` exactly as an engine would; with ``as_pid_1`` in a PID
+    namespace of its own, where the entry point is PID 1 (the kernel then delivers only
+    the signals it has a handler for) under the image's user, as under an engine. Its
+    ``buildah run`` kills the command on SIGTERM rather than passing it on, so
+    :meth:`terminate` signals the entry point's own process as an engine's stop would."""
 
     def __init__(self, image: str) -> None:
         self.image = image
@@ -417,10 +419,26 @@ class BuildahContainer:
             env=buildah_env(),
         )
 
-    def start(self, env: dict[str, str], *overrides: str) -> subprocess.Popen[str]:
-        """Start the image's entry point in the background; stderr and stdout in a pipe."""
+    def start(
+        self, env: dict[str, str], *overrides: str, as_pid_1: bool = False
+    ) -> subprocess.Popen[str]:
+        """Start the image's entry point in the background; stderr and stdout in a pipe.
+
+        ``as_pid_1``: util-linux's ``unshare --pid --fork`` (the image's, as root with
+        CAP_SYS_ADMIN) makes a PID namespace and ``setpriv`` drops to the image's user
+        before the entry point is exec'd as that namespace's PID 1."""
+        argv = self.command(*overrides)
+        extra: list[str] = []
+        if as_pid_1:
+            user, _, group = str(image_config(self.image).get("User") or "root").partition(":")
+            argv = [
+                *("unshare", "--pid", "--fork", "--kill-child"),
+                *("setpriv", f"--reuid={user}", f"--regid={group or user}", "--init-groups"),
+                *argv,
+            ]
+            extra = ["--user=0:0", "--cap-add=CAP_SYS_ADMIN"]
         self.process = subprocess.Popen(
-            self._argv(self.command(*overrides), env),
+            self._argv(argv, env, extra),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -428,13 +446,16 @@ class BuildahContainer:
         )
         return self.process
 
-    def _argv(self, argv: Sequence[str], env: dict[str, str]) -> list[str]:
+    def _argv(
+        self, argv: Sequence[str], env: dict[str, str], extra: Sequence[str] = ()
+    ) -> list[str]:
         settings = [f"--env={key}={value}" for key, value in env.items()]
         return [
             "buildah",
             "run",
             "--isolation=chroot",
             "--network=host",
+            *extra,
             *settings,
             self.name,
             "--",
@@ -443,7 +464,7 @@ class BuildahContainer:
 
     def entry_point_pid(self, timeout: float = 60) -> int:
         """The host pid of the entry point's process: the first of buildah's descendants
-        running the image's entry point program."""
+        running the image's entry point program (``unshare`` and ``setpriv`` exec it)."""
         assert self.process is not None
         program = self.command()[0]
         deadline = time.monotonic() + timeout

@@ -115,19 +115,21 @@ def _records_with(topics: OutboxTopics, value: bytes) -> list[RawRecord]:
     return [record for record in topics.read(topics.real_topic) if record.value == value]
 
 
-def _uid(pid: int) -> int:
+def _status(pid: int, field: str) -> str:
+    """A field of ``/proc/PID/status`` (``NSpid``: the pid in each namespace, own last)."""
     status = Path(f"/proc/{pid}/status").read_text()
-    match = re.search(r"^Uid:\s+(\d+)", status, re.M)
+    match = re.search(rf"^{field}:\s+(.*)$", status, re.M)
     assert match, status
-    return int(match[1])
+    return match[1]
 
 
 @pytest.fixture
 def running_checker(
     checker_image: BuiltImage, outbox_topics: OutboxTopics
 ) -> Iterator[tuple[BuildahContainer, Output, dict[str, str]]]:
-    """The checker image's entry point, started with its default command, on the host's
-    network against the suite's broker; the container is removed at the end."""
+    """The checker image's entry point, started with its default command as PID 1 of a
+    PID namespace, on the host's network against the suite's broker; the container is
+    removed at the end."""
     port = free_port()
     environment = {
         "OUTBOX_BOOTSTRAP_SERVERS": outbox_topics.bootstrap,
@@ -137,7 +139,7 @@ def running_checker(
         "OUTBOX_INSTANCE_ID": f"image-{uuid.uuid4().hex[:8]}",
     }
     with container(checker_image.tag) as made:
-        made.start(environment)
+        made.start(environment, as_pid_1=True)
         yield made, Output(made), environment
 
 
@@ -151,7 +153,8 @@ def test_the_checker_image_publishes_once_answers_its_probes_and_stops_on_sigter
 
     entry = made.entry_point_pid()
     assert Path(f"/proc/{entry}/exe").resolve().name == "tini"
-    assert _uid(entry) == 10001, "the image runs as its non-root user"
+    assert _status(entry, "NSpid").split()[-1] == "1", "the entry point is its namespace's PID 1"
+    assert _status(entry, "Uid").split()[0] == "10001", "the image runs as its non-root user"
 
     value = f"order-{uuid.uuid4().hex}".encode()
     settings = outbox_topics.settings()
