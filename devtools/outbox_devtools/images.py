@@ -362,19 +362,29 @@ def build_image(target: str, *, echo: bool = False, docker: bool | None = None) 
         ]
         if CA_BUNDLE.is_file():
             argv.append(f"--secret=id=ca-bundle,src={CA_BUNDLE}")
+        previous = _buildah_image_id(tag)
         output = _run(
             [*argv, *arguments, str(REPO)], f"buildah build {target}", env=buildah_env(), echo=echo
         )
-        image_id = subprocess.run(
-            ["buildah", "inspect", "--type", "image", "--format", "{{.FromImageID}}", tag],
-            capture_output=True,
-            text=True,
-            check=True,
-            env=buildah_env(),
-        ).stdout.strip()
+        image_id = _buildah_image_id(tag)
+        if previous and previous != image_id:
+            # The image the tag named before, now nameless: each rebuild would leave one
+            # behind (hundreds of MB for the sink). Refused while a container uses it.
+            subprocess.run(["buildah", "rmi", previous], capture_output=True, env=buildah_env())
         size = image_size(tag)
     cached, steps = _step_counts(output)
     return BuiltImage(target, tag, image_id, size, time.monotonic() - started, cached, steps)
+
+
+def _buildah_image_id(tag: str) -> str:
+    """The id of the image ``tag`` names in buildah's storage, '' if none."""
+    found = subprocess.run(
+        ["buildah", "inspect", "--type", "image", "--format", "{{.FromImageID}}", tag],
+        capture_output=True,
+        text=True,
+        env=buildah_env(),
+    )
+    return found.stdout.strip() if found.returncode == 0 else ""
 
 
 class BuildahContainer:
