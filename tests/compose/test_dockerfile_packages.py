@@ -1,9 +1,10 @@
 """Every Debian package the Dockerfile installs exists in the Debian release of its base image.
 
-The images are built in the suite with buildah (tests/compose/test_images.py), but
-only on this release; the index check is quick and names the package. Its base
-once floated (``python:3.11-slim``) to a new Debian release that had dropped the
-JRE the file installs, and ``docker compose up --build`` stopped at ``apt-get``.
+The images are built in the suite too (tests/compose/test_images.py, with buildah
+on a bookworm base); this check is quicker, names a missing package outright, and
+reads a release the build does not use. The base once floated
+(``python:3.11-slim``) to a new Debian release that had dropped the JRE the file
+installs, and ``docker compose up --build`` stopped at ``apt-get``.
 So the base must name its release, and each package is looked up in that
 release's own index with apt itself, in a private state directory (the
 machine's own package database and sources are left alone). The mirror is the
