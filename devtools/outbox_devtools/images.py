@@ -30,6 +30,7 @@ import tomllib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -282,9 +283,8 @@ class BuiltImage:
         )
 
 
-def image_size(tag: str) -> int:
-    """The image's size unpacked, in bytes: its layers' tar sizes, as buildah stores them
-    (``buildah images`` shows the same figure, rounded, in MB)."""
+def _inspect(tag: str) -> dict[str, Any]:
+    """``buildah inspect`` of the image ``tag``, decoded."""
     output = subprocess.run(
         ["buildah", "inspect", "--type", "image", tag],
         capture_output=True,
@@ -292,21 +292,19 @@ def image_size(tag: str) -> int:
         check=True,
         env=buildah_env(),
     ).stdout
-    manifest = json.loads(json.loads(output)["Manifest"])
+    return json.loads(output)
+
+
+def image_size(tag: str) -> int:
+    """The image's size unpacked, in bytes: its layers' tar sizes, as buildah stores them
+    (``buildah images`` shows the same figure, rounded, in MB)."""
+    manifest = json.loads(_inspect(tag)["Manifest"])
     return sum(int(layer["size"]) for layer in manifest["layers"])
 
 
 def image_config(tag: str) -> dict[str, object]:
     """The image's Docker-format config: Entrypoint, Cmd, User, Env, Labels, Healthcheck."""
-    output = subprocess.run(
-        ["buildah", "inspect", "--type", "image", tag],
-        capture_output=True,
-        text=True,
-        check=True,
-        env=buildah_env(),
-    ).stdout
-    config = json.loads(output)["Docker"]["config"]
-    return dict(config)
+    return dict(_inspect(tag)["Docker"]["config"])
 
 
 def _step_counts(output: str) -> tuple[int, int]:
