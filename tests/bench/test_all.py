@@ -20,6 +20,7 @@ from bench import all as bench_all
 pytestmark = pytest.mark.kafka
 
 
+@pytest.mark.long_proof  # the bench's smoke run (50-60 s), as test_peer's and test_parking's are
 def test_bench_all_on_the_test_broker(kafka_bootstrap: str, tmp_path: Path) -> None:
     json_path = tmp_path / "all.json"
     options = bench_all.parse_args(

@@ -322,6 +322,7 @@ def test_cli_start_status_stop(dev_env: dict[str, str]) -> None:
     assert outbox("dev", "kafka", "status", env=dev_env).returncode == 1
 
 
+@pytest.mark.long_proof  # test_cli_start_status_stop's cluster variant; chaos runs the cluster
 def test_cli_start_status_stop_a_three_node_cluster(dev_env: dict[str, str]) -> None:
     started = outbox("dev", "kafka", "start", "--brokers", "3", env=dev_env)
     assert started.returncode == 0, started.stderr
