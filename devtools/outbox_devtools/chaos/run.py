@@ -209,6 +209,8 @@ class Cluster:
     network: ChaosNetwork | None = None
     """The hosts in namespaces, with --network-partitions (see :mod:`.network`)."""
     started: float = field(default_factory=time.monotonic)
+    started_wall: float = field(default_factory=time.time)
+    """Epoch seconds of :attr:`started`, to place the run's stalls (epoch) on its clock."""
 
     @property
     def sent(self) -> int:
@@ -1094,7 +1096,7 @@ def _run_phases(
     for producer in cluster.producers:
         if not producer.wait_ready(120):
             raise RuntimeError(f"producer {producer.config.worker} did not start; see its log")
-    cluster.started = time.monotonic()
+    cluster.started, cluster.started_wall = time.monotonic(), time.time()
     _step(console, f"sending {settings.transactions} transactions under faults")
     with _writability_monitor(cluster, settings) as monitor:
         _send_with_faults(cluster, settings, faults, console, sink.check)
@@ -1122,6 +1124,7 @@ def _run_phases(
     verdict.publication_stall_s = max((e - s for s, e in stalls), default=0.0)
     verdict.writable_stall_s = max((e - s for s, e in writable_stalls), default=0.0)
     verdict.owned_stall_s = max((e - s for s, e in owned_stalls), default=0.0)
+    verdict.owned_stall_span = max(owned_stalls, key=lambda span: span[1] - span[0], default=None)
     verdict.orphaned_attempts = state.orphaned_attempts
     verdict.slow_commits = _slow_commits(url)
     counts = cluster.counts
@@ -1238,6 +1241,12 @@ def _report(
             f"{event.owned_stall:.1f}s" if event.owned_stall is not None else "-",
         )
     console.print(faults)
+    if verdict.owned_stall_span is not None:
+        began, ended = (moment - cluster.started_wall for moment in verdict.owned_stall_span)
+        console.print(
+            f"the longest pause that was ours: {ended - began:.1f}s, "
+            f"from {began:.1f}s to {ended:.1f}s of the run"
+        )
     table = Table(title=f"chaos run, seed {verdict.seed} ({seconds:.0f}s)")
     table.add_column("what")
     table.add_column("count", justify="right")

@@ -239,6 +239,8 @@ class Verdict:
     """The same, with Kafka writable on the partitions the relay's transactions concern (its
     coordinators', not every internal partition) and a checker replica running, unfrozen
     and connected: the pause that is the outbox's own."""
+    owned_stall_span: Interval | None = None
+    """When the longest of those ran (epoch s), for the post-mortem."""
     failed_sends: int = 0
     """Sends that raised (as the producers last reported: a killed one's last half second is
     not counted): without parking, what a Kafka outage costs the service."""
