@@ -94,10 +94,40 @@ def run_contained(command: list[str]) -> int:
             for pid, _ in found.processes:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
+            _wait_until_gone([pid for pid, _ in found.processes])
             return status or 1
         return status
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+KILL_WAIT_SECONDS = 30.0
+"""How long killed leftovers are given to exit: a SIGKILL is delivered at once, but the
+process runs on until the kernel schedules its exit, longer on a loaded machine."""
+
+
+def _wait_until_gone(pids: list[int]) -> None:
+    """Until every one of ``pids`` has exited (gone, or a zombie no one reaped yet), so that
+    nothing the run left still runs once it returns; a pid still running after
+    :data:`KILL_WAIT_SECONDS` is named."""
+    deadline = time.monotonic() + KILL_WAIT_SECONDS
+    running = list(pids)
+    while running:
+        running = [pid for pid in running if _still_running(pid)]
+        if running and time.monotonic() >= deadline:
+            print(f"killed but still running: {running}", file=sys.stderr)
+            return
+        if running:
+            time.sleep(0.05)
+
+
+def _still_running(pid: int) -> bool:
+    """Whether ``pid`` exists and is not a zombie (its stat's state after the command)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 def _report(root: Path, found: Leftovers) -> None:
