@@ -169,8 +169,10 @@ class GroupMember:
         self.refusals = JoinRefusals(group)
         """Whether the group refuses this replica's joins lately (it waits, and is ready)."""
         self._clock = clock
-        self._revoked_at: float | None = None
-        """When the group last took this member's partitions, until it gives it some again."""
+        self._revoked_at: float | None = clock()
+        """When the group last took this member's partitions (or its consumer was made), until
+        it gives it some again: a fresh consumer whose join never goes through is watched
+        as one whose partitions were taken."""
         self._session_lost = False
         """Its session timed out and the group has not given it partitions since: a fence
         meanwhile is its own rejoin's (or its replaced consumer's), not a twin's."""
@@ -203,7 +205,7 @@ class GroupMember:
     def rejoin(self) -> None:
         """Join the group again with a fresh consumer; the old one closes in the background."""
         old, (self._consumer, self._session_log) = self._consumer, self._join()
-        self._revoked_at = None
+        self._revoked_at = self._clock()
         self._on_rejoin()
         close_in_background(old)
 
@@ -228,8 +230,9 @@ class GroupMember:
         return True
 
     def rejoin_if_stalled(self) -> bool:
-        """:meth:`rejoin` when the group took this member's partitions and has given it
-        none since, for :data:`JOIN_STALL_SECONDS` or three sessions, whichever is longer.
+        """:meth:`rejoin` when the group took this member's partitions, or never gave its
+        consumer any, and has given it none since, for :data:`JOIN_STALL_SECONDS` or three
+        sessions, whichever is longer.
 
         Eager rebalances give every member an assignment (maybe empty) once its join is
         through, a few seconds after the revocation. After a broker's pause (SIGSTOP, a
@@ -245,7 +248,7 @@ class GroupMember:
         if revoked_at is None or self._clock() - revoked_at < stall:
             return False
         log.warning(
-            "%s has had no partitions for %.0fs since %s took them: joining again with a fresh one",
+            "%s has had no partitions for %.0fs in %s: joining again with a fresh one",
             self._role,
             self._clock() - revoked_at,
             self._group_label,

@@ -16,7 +16,13 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from outbox.config import kafka_client_config
-from outbox_checker.membership import ASSIGNMENT_STRATEGY, JoinRefusals, group_consumer_config
+from outbox_checker.membership import (
+    ASSIGNMENT_STRATEGY,
+    JOIN_STALL_SECONDS,
+    GroupMember,
+    JoinRefusals,
+    group_consumer_config,
+)
 from tests.checker.support import wait_for
 
 PARTITIONS = 4
@@ -167,3 +173,51 @@ def test_a_replica_waits_out_an_older_one_of_the_other_protocol_then_takes_its_p
         wait_for(lambda: new.owned == set(range(PARTITIONS)), 60, "the new replica to take over")
     finally:
         new.close()
+
+
+@pytest.mark.kafka
+def test_a_fresh_member_the_group_never_gives_partitions_is_replaced_after_the_stall(
+    kafka_bootstrap: str, kafka_admin: AdminClient, unique_prefix: str
+):
+    """A fresh consumer (a replica's first, or one made by a rejoin) whose join never goes
+    through was never watched: only a revocation started the stall period. A fresh-clone
+    suite run had a rounds' consumer, replaced while its broker was frozen, still without
+    partitions two minutes after the thaw. Here the group's other member stops polling
+    mid-rebalance, so the join waits out that member's 300 s poll interval."""
+    topic, group = f"{unique_prefix}-half", f"{unique_prefix}.checker"
+    kafka_admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
+    client = kafka_client_config(kafka_bootstrap)
+    holder = Consumer(
+        {**group_consumer_config(client, group, "holder-0", 6000), "max.poll.interval.ms": 300000}
+    )
+    holder.subscribe([topic])
+    member: GroupMember | None = None
+    try:
+        wait_for(lambda: holder.poll(0.2) is None and bool(holder.assignment()), 60, "the holder")
+        now = [0.0]
+        member = GroupMember(
+            client,
+            topic,
+            group=group,
+            instance="fresh-0",
+            session_timeout_ms=6000,
+            on_assign=lambda consumer, partitions: None,
+            on_revoke=lambda consumer, partitions: None,
+            on_rejoin=lambda: None,
+            role="rounds' consumer",
+            group_label=f"group {group!r}",
+            clock=lambda: now[0],
+        )
+        first = member.consumer
+        end = time.monotonic() + 5
+        while time.monotonic() < end:
+            first.poll(0.2)
+        assert not first.assignment(), "the join went through: nothing here to replace"
+        assert not member.rejoin_if_stalled()
+        now[0] += JOIN_STALL_SECONDS + 1
+        assert member.rejoin_if_stalled()
+        assert member.consumer is not first
+    finally:
+        if member is not None:
+            member.consumer.close()
+        holder.close()
