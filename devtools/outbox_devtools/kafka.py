@@ -188,6 +188,15 @@ def _port_in_use(host: str, port: int) -> bool:
     return False
 
 
+def quick_jit_wanted() -> bool:
+    """Whether :data:`QUICK_JIT_VARIABLE` asks for the quick JIT: ``1`` yes, unset, empty
+    or ``0`` no; anything else is refused, naming the variable, rather than read as no."""
+    value = os.environ.get(QUICK_JIT_VARIABLE, "").strip()
+    if value not in ("", "0", "1"):
+        raise KafkaRuntimeError(f"{QUICK_JIT_VARIABLE}={value!r}: use 1 (C1 only) or 0 (both JITs)")
+    return value == "1"
+
+
 def _java() -> str:
     java_home = os.environ.get("JAVA_HOME")
     if java_home and (Path(java_home) / "bin" / "java").is_file():
@@ -398,7 +407,7 @@ class LocalKafka:
         self, main_class: str, *args: str, heap: str, jvm_flags: Sequence[str] = ()
     ) -> list[str]:
         libs = self.libs_dir or ensure_kafka_jars()
-        quick_jit = os.environ.get(QUICK_JIT_VARIABLE) == "1"
+        quick_jit = quick_jit_wanted()
         return [
             _java(),
             *jvm_flags,

@@ -21,6 +21,7 @@ from outbox.config import kafka_client_config
 from outbox_devtools import processes
 from outbox_devtools.kafka import (
     KAFKA_VERSION,
+    QUICK_JIT_VARIABLE,
     TEMPLATE_CLUSTER_ID,
     KafkaRuntimeError,
     LocalKafka,
@@ -139,6 +140,16 @@ def test_the_suites_brokers_compile_with_the_quick_jit_only(own_kafka_broker: Lo
     """tests/conftest.py asks for it; a broker started without the variable has both JITs."""
     argv = Path(f"/proc/{own_kafka_broker.pid}/cmdline").read_bytes().split(b"\0")
     assert b"-XX:TieredStopAtLevel=1" in argv
+
+
+def test_a_quick_jit_value_other_than_0_or_1_is_refused_naming_the_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(QUICK_JIT_VARIABLE, "yes")
+    broker = LocalKafka(tmp_path / "kafka")
+    with pytest.raises(KafkaRuntimeError, match=rf"{QUICK_JIT_VARIABLE}='yes': use 1"):
+        broker.start()
+    assert not broker.is_running()
 
 
 def test_kill_then_start_recovers(own_kafka_broker: LocalKafka) -> None:
