@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -87,6 +88,16 @@ def quiet_log4j2_file() -> Path:
     return path
 
 
+def java_temp_dir_option() -> str:
+    """``-Djava.io.tmpdir`` naming Python's temporary directory (``TMPDIR``, else /tmp).
+
+    A JVM takes /tmp whatever ``TMPDIR`` says, and Spark's driver puts its block manager
+    and scratch directories there, and the native libraries it unpacks (snappy, lz4,
+    RocksDB): a sink told to keep its temporary files elsewhere must keep all of them there.
+    """
+    return f"-Djava.io.tmpdir={tempfile.gettempdir()}"
+
+
 def spark_context_running() -> bool:
     """Whether a JVM is already there (spark-submit, a notebook, a test's session)."""
     from pyspark import SparkContext
@@ -128,11 +139,12 @@ def launch_conf(
         settings["spark.jars"] = ",".join([*jars, *extra_jars])
     if delta:
         settings.update(DELTA_CONF)
+    # The caller's own options come last: a -D given twice, the JVM takes the last one.
+    java_options = [java_temp_dir_option()]
     if not os.environ.get(DEBUG_ENV):
-        java_options = user.pop("spark.driver.extraJavaOptions", "")
-        settings["spark.driver.extraJavaOptions"] = (
-            f"-Dlog4j2.configurationFile=file:{quiet_log4j2_file()} {java_options}".strip()
-        )
+        java_options.append(f"-Dlog4j2.configurationFile=file:{quiet_log4j2_file()}")
+    java_options.append(user.pop("spark.driver.extraJavaOptions", ""))
+    settings["spark.driver.extraJavaOptions"] = " ".join(java_options).strip()
     settings.update(user)
     return settings
 

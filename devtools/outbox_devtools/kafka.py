@@ -408,6 +408,10 @@ class LocalKafka:
     ) -> list[str]:
         libs = self.libs_dir or ensure_kafka_jars()
         quick_jit = quick_jit_wanted()
+        # The JVM's temporary files (native libraries it unpacks: snappy, lz4, zstd) go
+        # to /tmp whatever TMPDIR says; in the work dir they go when the node does.
+        temp_dir = self.work_dir / "tmp"
+        temp_dir.mkdir(parents=True, exist_ok=True)
         return [
             _java(),
             *jvm_flags,
@@ -419,6 +423,7 @@ class LocalKafka:
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={self.work_dir / 'log4j2.xml'}",
             f"-Dkafka.logs.dir={self.work_dir}",
+            f"-Djava.io.tmpdir={temp_dir}",
             "-cp",
             f"{libs}/*",
             main_class,

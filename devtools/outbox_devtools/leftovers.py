@@ -8,13 +8,16 @@ line or working directory names it) and whatever is still in it (but pytest's ow
 ``tmp_path`` roots, which pytest keeps on purpose) was left behind: each is named, the
 processes are killed, the directory is removed, and the exit status is 1 even if the
 command passed. A machine whose disk fills fails every later command, so a run that
-leaks must fail where the leak is made, not three runs later.
+leaks must fail where the leak is made, not three runs later. A JVM does not read
+``TMPDIR``: what one unpacks into the directory around the run's (:data:`JVM_TEMP_NAMES`)
+while the run goes fails it too.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import shutil
 import signal
@@ -22,22 +25,30 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 KEPT_ON_PURPOSE = ("pytest-of-",)
 """Entries a run may leave: pytest keeps its last three ``tmp_path`` roots for a reader."""
 
+JVM_TEMP_NAMES = ("blockmgr-*", "spark-*", "artifacts-*", "*.so", "*.so.lck", "librocksdbjni*")
+"""What a JVM puts in its ``java.io.tmpdir``, /tmp unless told otherwise (it does not read
+``TMPDIR``): Spark's block managers, scratch and artifact directories, and the native
+libraries snappy-java, lz4-java, zstd-jni and RocksDB unpack. A run whose JVMs are not
+told finds them there, outside its own directory; they count as left behind."""
 
-@dataclass(frozen=True)
+
+@dataclasses.dataclass(frozen=True)
 class Leftovers:
     processes: list[tuple[int, str]]
     """(pid, command line) of each process still running from the run's directory."""
     entries: list[Path]
     """What is still in the run's directory."""
+    outside: list[Path] = dataclasses.field(default_factory=list)
+    """JVM temporary files (:data:`JVM_TEMP_NAMES`) new in the directory around the run's,
+    since it started: reported, not removed (another run's JVM may be using them)."""
 
     def __bool__(self) -> bool:
-        return bool(self.processes or self.entries)
+        return bool(self.processes or self.entries or self.outside)
 
 
 def find_leftovers(root: Path, *, exclude_pids: frozenset[int] = frozenset()) -> Leftovers:
@@ -82,13 +93,29 @@ def _cmdline(proc: Path) -> str:
     return (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
 
 
-def run_contained(command: list[str]) -> int:
+EXIT_GRACE_SECONDS = 15.0
+"""How long a process still running from the run's directory is given to end on its own.
+A Spark driver's JVM outlives the Python that started it by a moment: it exits when its
+parent's pipe closes, then its shutdown hooks remove its scratch directories."""
+
+
+def jvm_temp_entries(directory: Path) -> set[Path]:
+    """The entries of ``directory`` named like a JVM's temporary files."""
+    return {entry for pattern in JVM_TEMP_NAMES for entry in directory.glob(pattern)}
+
+
+def run_contained(command: list[str], *, exit_grace: float = EXIT_GRACE_SECONDS) -> int:
     """Run ``command`` with a ``TMPDIR`` of its own; its exit status, or 1 if it left
-    anything behind (named on standard error, then cleaned up)."""
+    anything behind (named on standard error, then cleaned up). A process of the run still
+    running is given ``exit_grace`` seconds to end on its own first."""
+    around = Path(tempfile.gettempdir())
     root = Path(tempfile.mkdtemp(prefix="outbox-run-"))
+    before = jvm_temp_entries(around)
     try:
         status = subprocess.call(command, env={**os.environ, "TMPDIR": str(root)})
-        found = find_leftovers(root, exclude_pids=frozenset({os.getpid()}))
+        found = dataclasses.replace(
+            _settled_leftovers(root, exit_grace), outside=sorted(jvm_temp_entries(around) - before)
+        )
         if found:
             _report(root, found)
             for pid, _ in found.processes:
@@ -99,6 +126,16 @@ def run_contained(command: list[str]) -> int:
         return status
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _settled_leftovers(root: Path, exit_grace: float) -> Leftovers:
+    """:func:`find_leftovers` once no process of the run is still ending on its own."""
+    deadline = time.monotonic() + exit_grace
+    while True:
+        found = find_leftovers(root, exclude_pids=frozenset({os.getpid()}))
+        if not found.processes or time.monotonic() >= deadline:
+            return found
+        time.sleep(0.2)
 
 
 KILL_WAIT_SECONDS = 30.0
@@ -134,6 +171,12 @@ def _report(root: Path, found: Leftovers) -> None:
     lines = [f"the run left things behind in {root} (cleaned up now):"]
     lines += [f"  process {pid}: {command[:200]}" for pid, command in found.processes]
     lines += [f"  left in place: {entry.name}" for entry in found.entries]
+    lines += [f"  left outside it, by a JVM: {entry}" for entry in found.outside]
+    if found.outside:
+        lines.append(
+            "  (those outside are not removed: the check cannot tell a JVM of this run"
+            " from another run's on the machine; give it -Djava.io.tmpdir)"
+        )
     print("\n".join(lines), file=sys.stderr)
 
 

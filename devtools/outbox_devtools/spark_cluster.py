@@ -107,6 +107,10 @@ class LocalSparkCluster:
             "SPARK_DAEMON_MEMORY": DAEMON_MEMORY,
             "SPARK_LOG_DIR": str(self.work_dir / "logs"),
             "SPARK_WORKER_DIR": str(self.work_dir / "work"),
+            # Every JVM of the cluster keeps its temporary files (block managers, native
+            # libraries) in the cluster's directory, not in /tmp, which outlives it.
+            "SPARK_LOCAL_DIRS": str(self._temp_dir()),
+            "SPARK_DAEMON_JAVA_OPTS": self._temp_dir_option(),
             # Executors run no Python of ours (built-in SQL only), but keep one at hand.
             "PYSPARK_PYTHON": sys.executable,
             "PYSPARK_DRIVER_PYTHON": sys.executable,
@@ -214,9 +218,19 @@ class LocalSparkCluster:
         if jars:
             argv += ["--jars", ",".join(str(jar) for jar in jars)]
         settings = {"spark.executor.memory": EXECUTOR_MEMORY, "spark.driver.host": HOST, **conf}
+        for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
+            settings[key] = f"{self._temp_dir_option()} {settings.get(key, '')}".strip()
         for key, value in settings.items():
             argv += ["--conf", f"{key}={value}"]
         return [*argv, script, *args]
+
+    def _temp_dir(self) -> Path:
+        path = self.work_dir / "tmp"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def _temp_dir_option(self) -> str:
+        return f"-Djava.io.tmpdir={self._temp_dir()}"
 
     def submit_env(self) -> dict[str, str]:
         return self._env()

@@ -103,7 +103,8 @@ def test_a_driver_killed_between_the_delta_commit_and_the_checkpoint_loses_and_d
         text=True,
         timeout=240,
         start_new_session=True,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
+        # A killed JVM removes none of its temporary files: keep them in the test's directory.
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2]), "TMPDIR": str(tmp_path)},
     )
     assert crash.returncode == -9, crash.stderr[-2000:]
     checkpoint = Path(settings.checkpoint)
