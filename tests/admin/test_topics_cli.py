@@ -137,7 +137,7 @@ def test_created_topics_are_stamped_by_the_broker(kafka_bootstrap, kafka_admin, 
     producer = Producer(kafka_client_config(kafka_bootstrap))
     producer.produce(names.half, b"v", timestamp=1_000)  # a producer clock in 1970
     assert producer.flush(30) == 0
-    (record,) = read_topic({"bootstrap.servers": kafka_bootstrap}, names.half, timeout=30)
+    (record,) = read_topic(kafka_client_config(kafka_bootstrap), names.half, timeout=30)
     assert abs(record.timestamp_ms - time.time() * 1000) < 600_000
 
 

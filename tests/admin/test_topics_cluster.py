@@ -80,7 +80,7 @@ def test_read_topic_waits_for_a_partition_without_a_leader(
 
     def read() -> None:
         try:
-            outcome["records"] = read_topic({"bootstrap.servers": bootstrap}, topic, timeout=60)
+            outcome["records"] = read_topic(kafka_client_config(bootstrap), topic, timeout=60)
         except Exception as exc:  # reported below, with the test's own assertion
             outcome["error"] = exc
 

@@ -15,6 +15,7 @@ import pytest
 from confluent_kafka import Consumer, IsolationLevel, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from outbox.config import kafka_client_config
 from outbox.errors import KafkaUnavailableError
 from outbox.reading import watermarks
 from outbox_checker.kafka_reader import EndOffsetClient
@@ -27,7 +28,7 @@ its start (20-100 s on the 2-core machine), the test itself ~10 s."""
 
 def test_watermarks_follow_a_killed_leader_to_its_successor(kafka_cluster: LocalKafkaCluster):
     topic = f"leader-{uuid.uuid4().hex[:8]}"
-    client = {"bootstrap.servers": kafka_cluster.bootstrap_servers}
+    client = kafka_client_config(kafka_cluster.bootstrap_servers)
     admin = AdminClient(client)
     admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(30)
     consumer = Consumer({**client, "group.id": f"g-{topic}", "isolation.level": "read_committed"})
@@ -54,7 +55,7 @@ def test_end_offsets_follow_a_killed_leader_to_its_successor(kafka_cluster: Loca
     proof's publication stalled past 35 s in about one run of eight.
     """
     topic = f"ends-{uuid.uuid4().hex[:8]}"
-    client = {"bootstrap.servers": kafka_cluster.bootstrap_servers}
+    client = kafka_client_config(kafka_cluster.bootstrap_servers)
     admin = AdminClient(client)
     admin.create_topics([NewTopic(topic, 3, 3)])[topic].result(30)
     _store_one_record_per_partition(client, topic)

@@ -20,6 +20,7 @@ import sqlalchemy as sa
 
 from outbox import ProducerSettings
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
+from outbox.config import kafka_client_config
 from outbox.protocol import OpRecord, RealRecord, Resolution, TopicNames
 from outbox.reading import read_topic
 from outbox.sql import create_engine
@@ -63,7 +64,7 @@ def test_post_orders_commits_rows_and_events_declines_and_refuses(
     names = TopicNames(unique_prefix)
     topic = f"{unique_prefix}-orders"
     ensure_topics(kafka_admin, [*plan_topics(names, 3), TopicSpec(topic, 3, 1)])
-    client_config = {"bootstrap.servers": kafka_bootstrap}
+    client_config = kafka_client_config(kafka_bootstrap)
     placed = [{"reference": f"o-{n}", "total": 10.0 + n} for n in range(20)]
     declined = {"reference": "o-free", "total": 0.0}
     malformed = {"reference": "o-bad"}  # no total

@@ -27,6 +27,7 @@ from outbox import (
     TransactionSendResult,
 )
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
+from outbox.config import kafka_client_config
 from outbox.protocol import HalfRecord, OpRecord, RawRecord, Resolution, TopicNames
 from outbox.reading import read_topic
 
@@ -193,7 +194,7 @@ def test_sixteen_threads_mixed_outcomes_land_exactly_once_in_order(
     unknown = {t for t, s in by_id.items() if s.result.end_status is EndStatus.LEFT_UNKNOWN}
     assert len(committed) == len(rolled_back) == total // len(OUTCOMES)
     assert len(unknown) == total - len(committed) - len(rolled_back)
-    client = {"bootstrap.servers": kafka_bootstrap}
+    client = kafka_client_config(kafka_bootstrap)
 
     # Halves: one per send, exactly where its result says.
     raw_halves = read_topic(client, names.half, timeout=READ_TIMEOUT)

@@ -23,6 +23,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from outbox.admin import TopicSpec, ensure_topics, plan_topics
+from outbox.config import kafka_client_config
 from outbox.protocol import HalfRecord, OpRecord, RawRecord, Resolution, TopicNames
 from outbox.reading import read_topic
 from tests.producer.crash_producer import BLOCK, COMMIT_THEN_BLOCK, GROUP, KINDS
@@ -46,7 +47,7 @@ class CrashSetup:
     tmp_path: Path
 
     def read(self, topic: str, isolation: str = "read_committed") -> list[RawRecord]:
-        config = {"bootstrap.servers": self.bootstrap}
+        config = kafka_client_config(self.bootstrap)
         return read_topic(config, topic, isolation=isolation, timeout=READ_TIMEOUT)
 
 

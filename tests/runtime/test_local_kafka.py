@@ -50,13 +50,15 @@ def consume(
 ) -> list[bytes]:
     """Every value from the start of ``topic`` up to and including ``until``."""
     consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"g{uuid.uuid4().hex[:8]}",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-            "isolation.level": isolation,
-        }
+        kafka_client_config(
+            bootstrap,
+            {
+                "group.id": f"g{uuid.uuid4().hex[:8]}",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                "isolation.level": isolation,
+            },
+        )
     )
     consumer.subscribe([topic])
     seen: list[bytes] = []

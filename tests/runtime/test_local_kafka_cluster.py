@@ -32,11 +32,10 @@ def create_replicated_topic(bootstrap: str, name: str, partitions: int = 1) -> N
 
 def transactional_producer(bootstrap: str, transactional_id: str) -> Producer:
     producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "transactional.id": transactional_id,
-            "transaction.timeout.ms": 20_000,
-        }
+        kafka_client_config(
+            bootstrap,
+            {"transactional.id": transactional_id, "transaction.timeout.ms": 20_000},
+        )
     )
     producer.init_transactions(60)
     return producer
@@ -147,11 +146,10 @@ def test_the_predicted_group_coordinator_is_the_one_that_serves_the_group(
     groups = [f"{topic}-group-{n}" for n in range(6)]
     for group in groups:
         consumer = Consumer(
-            {
-                "bootstrap.servers": kafka_cluster.bootstrap_servers,
-                "group.id": group,
-                "auto.offset.reset": "earliest",
-            }
+            kafka_client_config(
+                kafka_cluster.bootstrap_servers,
+                {"group.id": group, "auto.offset.reset": "earliest"},
+            )
         )
         consumer.subscribe([topic])
         deadline = time.monotonic() + 60

@@ -24,6 +24,7 @@ from outbox import (
     TransactionProducer,
 )
 from outbox.acls import Acl, checker_acls, producer_acls
+from outbox.config import kafka_client_config
 from outbox.errors import ConnectionSecurityError, NotAuthorizedError
 from outbox.reading import read_topic
 from outbox_checker.service import Checker
@@ -224,10 +225,9 @@ def test_a_relay_refused_on_the_real_topic_says_so_keeps_the_record_and_resumes_
         r"ERROR .* relay batch refused, reading it again in [\d.]+s: "
         + re.escape(f"not authorised to {refused} as User:{names.prefix}-checker; grant it")
     )
-    admin = {
-        "bootstrap.servers": secure_topics.kafka.bootstrap,
-        **secure_topics.kafka.security.client_config(),
-    }
+    admin = kafka_client_config(
+        secure_topics.kafka.bootstrap, secure_topics.kafka.security.client_config()
+    )
 
     granted_later = [a for a in acls if a not in granted]
     refusal_seen = False

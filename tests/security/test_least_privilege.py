@@ -13,6 +13,7 @@ import pytest
 
 from outbox import LocalTransactionState, Message, ProducerSettings, TransactionProducer
 from outbox.acls import checker_acls, producer_acls
+from outbox.config import kafka_client_config
 from outbox.protocol import RealRecord
 from outbox.reading import read_topic
 from outbox_checker.service import Checker
@@ -49,8 +50,9 @@ def test_producer_and_checker_with_exactly_their_acls_resolve_and_publish(
         wait_for(lambda: listener.check_called.is_set(), what="the check-back")
 
         def published() -> list[str]:
-            client = {"bootstrap.servers": secure_topics.kafka.bootstrap}
-            client.update(secure_topics.kafka.security.client_config())
+            client = kafka_client_config(
+                secure_topics.kafka.bootstrap, secure_topics.kafka.security.client_config()
+            )
             return [RealRecord.from_record(r).transaction_id for r in read_topic(client, real)]
 
         wait_for(lambda: published() == [sent.transaction_id], what="the relay")

@@ -11,6 +11,7 @@ import pytest
 from confluent_kafka import Producer
 
 from outbox.acls import sink_acls
+from outbox.config import kafka_client_config
 from outbox.protocol import Header
 from tests.security.conftest import GROUP, SecureTopics
 from tests.spark_sink.test_cli import SPARK_FLAGS, outbox
@@ -21,11 +22,13 @@ pytestmark = pytest.mark.kafka
 def publish_committed(topics: SecureTopics, count: int) -> None:
     """Records as the relay publishes them, in one Kafka transaction (as the admin)."""
     producer = Producer(
-        {
-            "bootstrap.servers": topics.kafka.bootstrap,
-            **topics.kafka.security.client_config(),
-            "transactional.id": f"test-{uuid.uuid4().hex}",
-        }
+        kafka_client_config(
+            topics.kafka.bootstrap,
+            {
+                **topics.kafka.security.client_config(),
+                "transactional.id": f"test-{uuid.uuid4().hex}",
+            },
+        )
     )
     producer.init_transactions(30)
     producer.begin_transaction()
